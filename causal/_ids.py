@@ -1,0 +1,22 @@
+"""Message identifiers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MsgId:
+    """Identity of one publication or membership operation.
+
+    ``seq`` comes from one counter per node incarnation, shared by every topic
+    and message type, so ``(source, incarnation, seq)`` is never reused: a node
+    that restarts takes a new ``incarnation``.
+    """
+
+    source: int
+    incarnation: int
+    seq: int
+
+    def __repr__(self) -> str:
+        return f"<{self.source}.{self.incarnation}.{self.seq}>"

@@ -1,0 +1,1 @@
+"""Runnable examples built on the library (LAN chat, game, sensor node, telemetry)."""

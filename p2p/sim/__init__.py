@@ -1,0 +1,20 @@
+"""Deterministic discrete-event simulator running the sans-IO protocol cores."""
+
+from p2p.sim._delay import DelayModel
+from p2p.sim._engine import PROTOCOLS, Core, LinkDelay, Simulation
+from p2p.sim._recorder import Recorder, TraceEvent, summarize
+from p2p.sim._scenario import Action, load_scenario, parse_scenario
+
+__all__ = [
+    "PROTOCOLS",
+    "Action",
+    "Core",
+    "DelayModel",
+    "LinkDelay",
+    "Recorder",
+    "Simulation",
+    "TraceEvent",
+    "load_scenario",
+    "parse_scenario",
+    "summarize",
+]

@@ -1,0 +1,245 @@
+"""A deterministic discrete-event network that runs the sans-IO cores.
+
+Events are ordered by ``(time, sequence number)``; all randomness comes from one
+seeded :class:`random.Random`, so a run is a pure function of its inputs and a
+failing property test replays from its seed.
+
+Timing follows thesis §4.5.1: a node processes one input at a time (``t_pc``
+each), then queues the packets it produced on its single outgoing link, which
+transmits one packet per ``t_t``; each packet then propagates for ``t_pp``.
+Propagation delays are drawn per packet, so links are not FIFO and a relayed
+path can beat a direct one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+from p2p._errors import P2PError
+from p2p.sim._delay import DelayModel
+from p2p.sim._recorder import Recorder
+from topics import (
+    Delivered,
+    Dropped,
+    LocalProtocolError,
+    Output,
+    Packet,
+    Published,
+    PubSubConfig,
+    Received,
+    RoundAcked,
+    Send,
+    SRPTNode,
+    Subscribed,
+    VCubePS,
+)
+from vcube import Hypercube
+
+PROTOCOLS = ("vcube-ps", "srpt")
+
+_ActionItem = tuple[str, int, str, bytes]
+_PacketItem = tuple[int, int, Packet]
+
+LinkDelay = Callable[[int, int, random.Random], float]
+"""Optional override of propagation delay: ``(src, dst, rng) -> t_pp``."""
+
+
+class Core(Protocol):
+    """What the simulator needs from a protocol core."""
+
+    id: int
+
+    def subscribe(self, topic: str, now: float) -> list[Output]: ...
+    def unsubscribe(self, topic: str, now: float) -> list[Output]: ...
+    def publish(self, topic: str, payload: bytes, now: float) -> list[Output]: ...
+    def receive(self, sender: int, packet: Packet, now: float) -> list[Output]: ...
+    def is_subscribed(self, topic: str) -> bool: ...
+    def idle(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class _NodeClock:
+    """The serial resources of one simulated node."""
+
+    cpu_free: float = 0.0
+    link_free: float = 0.0
+    in_queue: deque[float] = field(default_factory=deque)  # departure times
+
+
+class Simulation:
+    """Runs one protocol core per node over a simulated network.
+
+    ``node_ids`` may be any distinct 64-bit ids; the trace names nodes by
+    their position in ``node_ids`` (so ``range(N)`` gives the thesis' dense ids).
+    """
+
+    def __init__(
+        self,
+        node_ids: Sequence[int],
+        *,
+        protocol: str = "vcube-ps",
+        delays: DelayModel | None = None,
+        seed: int = 0,
+        config: PubSubConfig | None = None,
+        link_delay: LinkDelay | None = None,
+        record_trace: bool = True,
+    ) -> None:
+        if protocol not in PROTOCOLS:
+            raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        if len(set(node_ids)) != len(node_ids) or not node_ids:
+            raise P2PError("node ids must be distinct and non-empty")
+        self.protocol = protocol
+        self.delays = delays or DelayModel()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.link_delay = link_delay
+        self.overlay = Hypercube(node_ids)
+        self.ids = list(node_ids)
+        self.index = {n: i for i, n in enumerate(node_ids)}
+        self.nodes: dict[int, Core] = {n: self._make(n, config) for n in node_ids}
+        self.clocks = {n: _NodeClock() for n in node_ids}
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self.recorder = Recorder(self.index, record_trace=record_trace)
+
+    def _make(self, node: int, config: PubSubConfig | None) -> Core:
+        rng = random.Random(f"{self.seed}/{node}")
+        if self.protocol == "srpt":
+            salt = self.seed.to_bytes(8, "big", signed=True)
+            return SRPTNode(node, overlay=self.overlay, config=config, rng=rng, salt=salt)
+        return VCubePS(node, overlay=self.overlay, config=config, rng=rng)
+
+    def __repr__(self) -> str:
+        return f"Simulation(n={len(self.ids)}, protocol={self.protocol}, now={self.now})"
+
+    # ------------------------------------------------------------- scheduling
+
+    _ACTION, _ARRIVE = 0, 1
+
+    def _push(self, time: float, kind: int, item: object) -> None:
+        heapq.heappush(self._heap, (time, self._seq, kind, item))
+        self._seq += 1
+
+    def schedule(
+        self, time: float, action: str, node: int, topic: str, payload: bytes = b""
+    ) -> None:
+        """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``."""
+        if action not in ("SUB", "UNS", "PUB"):
+            raise P2PError(f"unknown action {action!r}")
+        if node not in self.nodes:
+            raise P2PError(f"unknown node {node}")
+        self._push(max(time, self.now), self._ACTION, (action, node, topic, payload))
+
+    def preset_subscriptions(self, topic: str, subscribers: Iterable[int]) -> None:
+        """Oracle start: every node already knows ``subscribers`` of ``topic``."""
+        subs = list(subscribers)
+        for core in self.nodes.values():
+            core.preset_subscription(topic, subs)  # type: ignore[attr-defined]
+        for n in subs:
+            self.recorder.preset(n, topic)
+
+    def pending_events(self) -> int:
+        return len(self._heap)
+
+    # ---------------------------------------------------------------- running
+
+    def step(self) -> bool:
+        """Process the next event; ``False`` when nothing is left to do."""
+        if not self._heap:
+            return False
+        time, _, kind, item = heapq.heappop(self._heap)
+        self.now = time
+        if kind == self._ACTION:
+            action, node, topic, payload = cast(_ActionItem, item)
+            self._act(action, node, topic, payload)
+        else:
+            sender, dest, packet = cast(_PacketItem, item)
+            self._arrive(sender, dest, packet)
+        return True
+
+    def run(self, until: float | None = None, max_events: int | None = None) -> int:
+        """Run until no event is left (or ``until`` / ``max_events``); returns events run."""
+        done = 0
+        while self._heap and (until is None or self._heap[0][0] <= until):
+            if max_events is not None and done >= max_events:
+                break
+            self.step()
+            done += 1
+        if until is not None and self.now < until and not self._heap:
+            self.now = until
+        return done
+
+    def quiescent(self) -> bool:
+        """No packet in flight and every node idle."""
+        return not self._heap and all(c.idle() for c in self.nodes.values())
+
+    def _act(self, action: str, node: int, topic: str, payload: bytes) -> None:
+        core = self.nodes[node]
+        now = self.now
+        try:
+            if action == "SUB":
+                out = core.subscribe(topic, now)
+            elif action == "UNS":
+                out = core.unsubscribe(topic, now)
+            else:
+                out = core.publish(topic, payload, now)
+        except LocalProtocolError as exc:
+            self.recorder.refused(now, node, action, topic, str(exc))
+            return
+        self.recorder.call(now, node, action, topic)
+        clock = self.clocks[node]
+        ready = max(now, clock.cpu_free) + self.delays.tpc
+        clock.cpu_free = ready
+        self._emit(node, now, ready, out)
+
+    def _arrive(self, sender: int, dest: int, packet: Packet) -> None:
+        clock = self.clocks[dest]
+        done = max(self.now, clock.cpu_free) + self.delays.tpc
+        clock.cpu_free = done
+        out = self.nodes[dest].receive(sender, packet, done)
+        self._emit(dest, done, done, out)
+
+    def _emit(self, node: int, at: float, ready: float, outputs: list[Output]) -> None:
+        """Record events at ``at``; queue packets on the link from ``ready`` on."""
+        rec = self.recorder
+        for o in outputs:
+            if isinstance(o, Send):
+                self._transmit(node, o.dest, o.packet, ready)
+            elif isinstance(o, Delivered):
+                rec.delivered(at, node, o.topic, o.id, o.own)
+            elif isinstance(o, Received):
+                rec.received(at, node, o.topic, o.id, o.relay)
+            elif isinstance(o, Published):
+                rec.published(at, node, o.topic, o.id)
+            elif isinstance(o, Subscribed):
+                rec.subscribed(at, node, o.topic)
+            elif isinstance(o, RoundAcked):
+                rec.round_acked(at, node, o.topic, o.kind, o.ids)
+            elif isinstance(o, Dropped):
+                rec.dropped(at, node, o.topic, o.count, o.reason)
+
+    def _transmit(self, src: int, dst: int, packet: Packet, ready: float) -> None:
+        clock = self.clocks[src]
+        q = clock.in_queue
+        while q and q[0] <= ready:
+            q.popleft()
+        depart = max(ready, clock.link_free) + self.delays.tt
+        clock.link_free = depart
+        q.append(depart)
+        if self.link_delay is not None:
+            tpp = self.link_delay(src, dst, self.rng)
+        else:
+            tpp = self.delays.propagation(self.rng)
+        self.recorder.sent(src, packet, len(q) - 1)
+        if dst not in self.nodes:
+            raise P2PError(f"node {src} sent to unknown node {dst}")
+        self._push(depart + tpp, self._ARRIVE, (src, dst, packet))
+
+
+__all__ = ["PROTOCOLS", "Core", "LinkDelay", "Simulation"]

@@ -1,0 +1,183 @@
+"""What a simulation run observed: the trace and the metrics of ``p2p sim``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from causal import MsgId
+from topics import Packet, PubRound
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One line of ``TRACE.jsonl``; ``node`` and ``source`` are scenario indices."""
+
+    time: float
+    node: int
+    event: str
+    topic: str
+    source: int | None
+    seq: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "node": self.node,
+            "event": self.event,
+            "topic": self.topic,
+            "source": self.source,
+            "seq": self.seq,
+        }
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """count, mean, p50, p95, p99 and max of ``values`` (zeros when empty)."""
+    if not values:
+        return {"count": 0, "mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(values)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+    return {
+        "count": len(ordered),
+        "mean": statistics.fmean(ordered),
+        "p50": pct(0.50),
+        "p95": pct(0.95),
+        "p99": pct(0.99),
+        "max": ordered[-1],
+    }
+
+
+@dataclass(slots=True)
+class Recorder:
+    """Collects what happens in a run; cheap enough to leave on for 10^6 packets."""
+
+    index: dict[int, int]
+    record_trace: bool = True
+    trace: list[TraceEvent] = field(default_factory=list)
+    packets: Counter[str] = field(default_factory=Counter)
+    sent_by_node: Counter[int] = field(default_factory=Counter)
+    msgs_per_pub_packet: Counter[int] = field(default_factory=Counter)
+    queue_samples: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    publish_time: dict[MsgId, float] = field(default_factory=dict)
+    barrier_sizes: dict[MsgId, int] = field(default_factory=dict)
+    reception: list[float] = field(default_factory=list)
+    delivery: list[float] = field(default_factory=list)
+    last_delivery: dict[MsgId, float] = field(default_factory=dict)
+    false_positives: int = 0
+    deliveries: int = 0
+    subscribe_called: dict[tuple[int, str], float] = field(default_factory=dict)
+    subscribe_latency: list[float] = field(default_factory=list)
+    refusals: list[tuple[float, int, str, str, str]] = field(default_factory=list)
+    drops: int = 0
+    rounds: Counter[str] = field(default_factory=Counter)
+    messages_per_round: list[int] = field(default_factory=list)
+
+    def _add(self, time: float, node: int, event: str, topic: str, mid: MsgId | None) -> None:
+        if self.record_trace:
+            source = self.index.get(mid.source) if mid is not None else self.index[node]
+            seq = mid.seq if mid is not None else None
+            self.trace.append(TraceEvent(time, self.index[node], event, topic, source, seq))
+
+    # --- hooks called by the simulator
+    def preset(self, node: int, topic: str) -> None:
+        self._add(0.0, node, "subscribe", topic, None)
+        self._add(0.0, node, "subscribed", topic, None)
+
+    def call(self, time: float, node: int, action: str, topic: str) -> None:
+        if action == "SUB":
+            self.subscribe_called[(node, topic)] = time
+            self._add(time, node, "subscribe", topic, None)
+        elif action == "UNS":
+            self._add(time, node, "unsubscribe", topic, None)
+
+    def refused(self, time: float, node: int, action: str, topic: str, why: str) -> None:
+        self.refusals.append((time, self.index[node], action, topic, why))
+
+    def published(self, time: float, node: int, topic: str, mid: MsgId) -> None:
+        self.publish_time[mid] = time
+        self._add(time, node, "publish", topic, mid)
+
+    def subscribed(self, time: float, node: int, topic: str) -> None:
+        called = self.subscribe_called.pop((node, topic), None)
+        if called is not None:
+            self.subscribe_latency.append(time - called)
+        self._add(time, node, "subscribed", topic, None)
+
+    def delivered(self, time: float, node: int, topic: str, mid: MsgId, own: bool) -> None:
+        self.deliveries += 1
+        if not own:
+            self.delivery.append(time - self.publish_time[mid])
+            self.last_delivery[mid] = max(self.last_delivery.get(mid, 0.0), time)
+        self._add(time, node, "deliver", topic, mid)
+
+    def received(self, time: float, node: int, topic: str, mid: MsgId, relay: bool) -> None:
+        if relay:
+            self.false_positives += 1
+        else:
+            self.reception.append(time - self.publish_time[mid])
+
+    def round_acked(
+        self, time: float, node: int, topic: str, kind: str, ids: tuple[MsgId, ...]
+    ) -> None:
+        self.rounds[kind] += 1
+        if kind == "PUB":
+            self.messages_per_round.append(len(ids))
+
+    def dropped(self, time: float, node: int, topic: str, count: int, reason: str) -> None:
+        self.drops += count
+
+    def sent(self, src: int, packet: Packet, queued_ahead: int) -> None:
+        self.packets[packet.kind] += 1
+        self.sent_by_node[src] += 1
+        self.queue_samples[src].append(queued_ahead)
+        if isinstance(packet, PubRound):
+            self.msgs_per_pub_packet[len(packet.messages)] += 1
+            if packet.round.source == src:
+                for m in packet.messages:
+                    self.barrier_sizes.setdefault(m.id, len(m.deps) + len(m.op_deps))
+
+    # --- outputs
+    def metrics(self) -> dict[str, Any]:
+        """The ``METRICS.json`` document."""
+        pkts = {k: self.packets.get(k, 0) for k in ("PUB", "SUB", "UNS", "ACK")}
+        pkts["total"] = sum(pkts.values())
+        pub_msgs = sum(k * v for k, v in self.msgs_per_pub_packet.items())
+        queue_means = {n: statistics.fmean(v) for n, v in self.queue_samples.items() if v}
+        completion = [t - self.publish_time[m] for m, t in self.last_delivery.items()]
+        return {
+            "packets": pkts,
+            "pub_messages": pub_msgs,
+            "false_positives": self.false_positives,
+            "latency": {
+                "reception": summarize(self.reception),
+                "delivery": summarize(self.delivery),
+                "completion": summarize(completion),
+                "subscribe": summarize(self.subscribe_latency),
+            },
+            "publications": len(self.publish_time),
+            "deliveries": self.deliveries,
+            "dropped": self.drops,
+            "refused": len(self.refusals),
+            "rounds": dict(self.rounds),
+            "messages_per_round": summarize([float(x) for x in self.messages_per_round]),
+            "messages_per_pub_packet": {
+                str(k): v for k, v in sorted(self.msgs_per_pub_packet.items())
+            },
+            "queue": {
+                "mean_per_node": summarize(list(queue_means.values())),
+                "max": max((max(v) for v in self.queue_samples.values() if v), default=0),
+            },
+            "causal_barrier": summarize([float(x) for x in self.barrier_sizes.values()]),
+        }
+
+    def write_trace(self, fh: TextIO) -> None:
+        """Write the trace as JSON lines, in time order (per node: event order)."""
+        for ev in sorted(self.trace, key=lambda e: e.time):
+            fh.write(json.dumps(ev.as_dict(), separators=(",", ":")) + "\n")

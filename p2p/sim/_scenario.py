@@ -1,0 +1,89 @@
+"""Scenario files: ``time;ACTION;node;topic[;payload]``, one event per line.
+
+The format of the VCube-PS authors' PeerSim event scripts.  ``node`` is an
+index ``0..N-1`` (index ``i`` gets id ``i``) or ``*`` for every node; ``#``
+starts a comment; blank lines are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from p2p._errors import ScenarioError
+
+ACTIONS = ("SUB", "UNS", "PUB")
+MAX_LINE = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One scenario event, expanded to a single node."""
+
+    time: float
+    action: str
+    node: int
+    topic: str
+    payload: bytes = b""
+    line: int = 0
+
+
+def parse_scenario(lines: Iterable[str], nodes: int) -> list[Action]:
+    """Parse scenario lines for a run of ``nodes`` nodes; raise :class:`ScenarioError`.
+
+    The result is sorted by time, keeping file order among equal times.
+    """
+    out: list[Action] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if len(raw) > MAX_LINE:
+            raise ScenarioError(f"line {lineno}: longer than {MAX_LINE} characters")
+        text = raw.split("#", 1)[0].strip()
+        if text:
+            out.extend(_parse_line(text, lineno, nodes))
+    out.sort(key=lambda a: a.time)
+    return out
+
+
+def load_scenario(path: str | Path, nodes: int) -> list[Action]:
+    """Read and parse a scenario file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return parse_scenario(fh, nodes)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read scenario {path}: {exc}") from exc
+
+
+def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
+    fields = [f.strip() for f in text.split(";")]
+    if len(fields) not in (4, 5):
+        raise ScenarioError(
+            f"line {lineno}: expected time;ACTION;node;topic[;payload], got {len(fields)} fields"
+        )
+    t_raw, action, node_raw, topic = fields[:4]
+    try:
+        time = float(t_raw)
+    except ValueError:
+        raise ScenarioError(f"line {lineno}: time {t_raw!r} is not a number") from None
+    if not math.isfinite(time) or time < 0:
+        raise ScenarioError(f"line {lineno}: time must be finite and >= 0, got {t_raw!r}")
+    action = action.upper()
+    if action not in ACTIONS:
+        raise ScenarioError(f"line {lineno}: unknown action {fields[1]!r} (expected SUB, UNS, PUB)")
+    if not topic:
+        raise ScenarioError(f"line {lineno}: empty topic")
+    payload = fields[4].encode() if len(fields) == 5 else b""
+    if payload and action != "PUB":
+        raise ScenarioError(f"line {lineno}: only PUB takes a payload")
+    if node_raw == "*":
+        targets = list(range(nodes))
+    else:
+        try:
+            index = int(node_raw)
+        except ValueError:
+            raise ScenarioError(f"line {lineno}: node {node_raw!r} is not an index or *") from None
+        if not 0 <= index < nodes:
+            raise ScenarioError(f"line {lineno}: node {index} out of range 0..{nodes - 1}")
+        targets = [index]
+    return [Action(time, action, n, topic, payload, lineno) for n in targets]

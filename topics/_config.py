@@ -1,0 +1,32 @@
+"""Configuration of the VCube-PS core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PubSubConfig:
+    """Limits of one VCube-PS node.  Every size that comes from outside is bounded here."""
+
+    max_topic_len: int = 256
+    """Longest topic name, in UTF-8 bytes."""
+
+    max_payload: int = 64 * 1024
+    """Largest payload a publication may carry, in bytes."""
+
+    max_round_messages: int = 256
+    """Most publications a source batches into one round (one tree traversal)."""
+
+    max_round_bytes: int = 512 * 1024
+    """Most payload bytes a source batches into one round."""
+
+    max_queued_ops: int = 100_000
+    """Most local operations (publications, (un)subscriptions) queued per topic
+    behind the round in flight; beyond it :meth:`publish` refuses instead of
+    growing memory without bound."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_topic_len", "max_payload", "max_round_messages", "max_round_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")

@@ -1,0 +1,79 @@
+"""Outputs of the VCube-PS core: packets to send and events for the application."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from causal import MsgId
+from topics._messages import Packet
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``packet`` to node ``dest``."""
+
+    dest: int
+    packet: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A publication is handed to the application, in causal order per topic."""
+
+    topic: str
+    id: MsgId
+    payload: bytes
+    own: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A publication arrived (before any causal hold-back).
+
+    ``relay`` is true when this node is not subscribed to the topic: it only
+    forwards the message (a *false positive* in the thesis' terms).
+    """
+
+    topic: str
+    id: MsgId
+    relay: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The local application's publication was accepted."""
+
+    topic: str
+    id: MsgId
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    """The ACK wave of this node's SUB came back: the subscription is confirmed.
+
+    From now on every publication made anywhere reaches this node.
+    """
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoundAcked:
+    """Every subscriber the round was sent to has it (the ACK wave came back)."""
+
+    topic: str
+    kind: str
+    ids: tuple[MsgId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """Publications received but never delivered, with the reason (no silent loss)."""
+
+    topic: str
+    count: int
+    reason: str
+
+
+Event = Delivered | Received | Published | Subscribed | RoundAcked | Dropped
+Output = Send | Event

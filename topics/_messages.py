@@ -1,0 +1,126 @@
+"""Packets exchanged by VCube-PS nodes (thesis §5.5.1), as frozen dataclasses.
+
+Every packet belongs to a *round*: one traversal of a spanning tree rooted at
+the round's source, acknowledged by an ACK wave that climbs the same tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from causal import MsgId
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RoundId:
+    """One tree traversal started by ``source``; numbers never repeat per incarnation."""
+
+    source: int
+    incarnation: int
+    number: int
+
+    def __repr__(self) -> str:
+        return f"R<{self.source}.{self.incarnation}.{self.number}>"
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """The newest membership operation of ``node`` on a topic (``<n, o, rc>`` of §5.5.1)."""
+
+    node: int
+    incarnation: int
+    rc: int
+    subscribed: bool
+
+    @property
+    def op_id(self) -> MsgId:
+        return MsgId(self.node, self.incarnation, self.rc)
+
+    def newer_than(self, other: ViewEntry | None) -> bool:
+        return other is None or (self.incarnation, self.rc) > (other.incarnation, other.rc)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """``node``'s publications with ``seq < first_owned`` precede a subscription.
+
+    Reported on the ACK wave of a SUB: they are not causally after the
+    subscription, so the new subscriber never delivers them and never waits
+    for them.
+    """
+
+    node: int
+    incarnation: int
+    first_owned: int
+
+
+@dataclass(frozen=True, slots=True)
+class PubMessage:
+    """One publication with its causal barrier.
+
+    ``deps`` are the publications and ``op_deps`` the membership operations
+    that directly precede it on its topic; ``prev`` makes per-source FIFO
+    delivery explicit even when the previous publication left the barrier.
+    """
+
+    id: MsgId
+    payload: bytes
+    deps: tuple[MsgId, ...] = ()
+    op_deps: tuple[MsgId, ...] = ()
+    prev: int = -1
+    """Sequence number of the source's previous publication on the topic (-1: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PubRound:
+    """PUB: a batch of one source's publications on a subscriber-only tree.
+
+    ``dests`` are the other subscribers of the receiver's sub-cube: the
+    receiver forwards to them (source routing), subscribed or not.
+    """
+
+    round: RoundId
+    topic: str
+    messages: tuple[PubMessage, ...]
+    dests: tuple[int, ...]
+    kind: Literal["PUB"] = "PUB"
+
+
+@dataclass(frozen=True, slots=True)
+class Sub:
+    """SUB: a subscription, spread to every overlay node on the all-node tree."""
+
+    round: RoundId
+    topic: str
+    op: ViewEntry
+    kind: Literal["SUB"] = "SUB"
+
+
+@dataclass(frozen=True, slots=True)
+class Uns:
+    """UNS: an unsubscription, spread on the subscriber-only tree like PUB."""
+
+    round: RoundId
+    topic: str
+    op: ViewEntry
+    dests: tuple[int, ...]
+    kind: Literal["UNS"] = "UNS"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """ACK: the receiver's whole sub-tree has the round.
+
+    For a SUB round it also carries the membership gathered from the sub-tree
+    (``view``) and the publishers' :class:`Bound` s for the new subscription.
+    """
+
+    round: RoundId
+    topic: str
+    view: tuple[ViewEntry, ...] = ()
+    bounds: tuple[Bound, ...] = ()
+    kind: Literal["ACK"] = "ACK"
+
+
+Packet = PubRound | Sub | Uns | Ack
