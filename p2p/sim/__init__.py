@@ -1,7 +1,7 @@
 """Deterministic discrete-event simulator running the sans-IO protocol cores."""
 
 from p2p.sim._delay import DelayModel
-from p2p.sim._engine import PROTOCOLS, Core, LinkDelay, Simulation
+from p2p.sim._engine import PROTOCOLS, Core, LinkDelay, Listener, Simulation
 from p2p.sim._recorder import Recorder, TraceEvent, summarize
 from p2p.sim._scenario import Action, load_scenario, parse_scenario
 
@@ -11,6 +11,7 @@ __all__ = [
     "Core",
     "DelayModel",
     "LinkDelay",
+    "Listener",
     "Recorder",
     "Simulation",
     "TraceEvent",

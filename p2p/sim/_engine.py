@@ -26,6 +26,7 @@ from p2p.sim._recorder import Recorder
 from topics import (
     Delivered,
     Dropped,
+    Event,
     LocalProtocolError,
     Output,
     Packet,
@@ -44,6 +45,8 @@ PROTOCOLS = ("vcube-ps", "srpt")
 
 _ActionItem = tuple[str, int, str, bytes]
 _PacketItem = tuple[int, int, Packet]
+
+Listener = Callable[["Simulation", int, float, Event], None]
 
 LinkDelay = Callable[[int, int, random.Random], float]
 """Optional override of propagation delay: ``(src, dst, rng) -> t_pp``."""
@@ -107,6 +110,9 @@ class Simulation:
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self.recorder = Recorder(self.index, record_trace=record_trace)
+        self.listeners: list[Listener] = []
+        """Called as ``listener(sim, node, time, event)`` for every event a core emits;
+        a listener may :meth:`schedule` more actions (reactive scenarios)."""
 
     def _make(self, node: int, config: PubSubConfig | None) -> Core:
         rng = random.Random(f"{self.seed}/{node}")
@@ -180,23 +186,23 @@ class Simulation:
         return not self._heap and all(c.idle() for c in self.nodes.values())
 
     def _act(self, action: str, node: int, topic: str, payload: bytes) -> None:
+        """A local call; it waits for the node's CPU so per-node time stays monotone."""
         core = self.nodes[node]
-        now = self.now
+        clock = self.clocks[node]
+        start = max(self.now, clock.cpu_free)
         try:
             if action == "SUB":
-                out = core.subscribe(topic, now)
+                out = core.subscribe(topic, start)
             elif action == "UNS":
-                out = core.unsubscribe(topic, now)
+                out = core.unsubscribe(topic, start)
             else:
-                out = core.publish(topic, payload, now)
+                out = core.publish(topic, payload, start)
         except LocalProtocolError as exc:
-            self.recorder.refused(now, node, action, topic, str(exc))
+            self.recorder.refused(start, node, action, topic, str(exc))
             return
-        self.recorder.call(now, node, action, topic)
-        clock = self.clocks[node]
-        ready = max(now, clock.cpu_free) + self.delays.tpc
-        clock.cpu_free = ready
-        self._emit(node, now, ready, out)
+        self.recorder.call(start, node, action, topic)
+        clock.cpu_free = start + self.delays.tpc
+        self._emit(node, start, clock.cpu_free, out)
 
     def _arrive(self, sender: int, dest: int, packet: Packet) -> None:
         clock = self.clocks[dest]
@@ -211,7 +217,8 @@ class Simulation:
         for o in outputs:
             if isinstance(o, Send):
                 self._transmit(node, o.dest, o.packet, ready)
-            elif isinstance(o, Delivered):
+                continue
+            if isinstance(o, Delivered):
                 rec.delivered(at, node, o.topic, o.id, o.own)
             elif isinstance(o, Received):
                 rec.received(at, node, o.topic, o.id, o.relay)
@@ -223,6 +230,8 @@ class Simulation:
                 rec.round_acked(at, node, o.topic, o.kind, o.ids)
             elif isinstance(o, Dropped):
                 rec.dropped(at, node, o.topic, o.count, o.reason)
+            for listener in self.listeners:
+                listener(self, node, at, o)
 
     def _transmit(self, src: int, dst: int, packet: Packet, ready: float) -> None:
         clock = self.clocks[src]
@@ -242,4 +251,4 @@ class Simulation:
         self._push(depart + tpp, self._ARRIVE, (src, dst, packet))
 
 
-__all__ = ["PROTOCOLS", "Core", "LinkDelay", "Simulation"]
+__all__ = ["PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]
