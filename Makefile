@@ -1,0 +1,42 @@
+# Two entry points, each creates the environment first (see README "Quick start").
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test test-fast lint bench reproduce clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## demo: set up, then simulate the embedded default fleet (64 nodes) and print a summary
+demo: $(STAMP)
+	$(BIN)/p2p demo
+
+## lint: ruff and mypy --strict
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## test: set up, lint, then the whole test suite (what CI runs)
+test: lint
+	$(BIN)/python -m pytest -q
+
+## test-fast: skip tests marked slow (local iteration)
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow"
+
+## bench: simulator speed benchmark (writes bench/out/sim_speed.json)
+bench: $(STAMP)
+	$(BIN)/python -m bench.sim_speed
+
+## reproduce: rerun the thesis' §5.6 experiments (long; see docs/thesis-results.md)
+reproduce: $(STAMP)
+	$(BIN)/python -m bench.reproduce_thesis
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
