@@ -39,7 +39,7 @@ def test_sim_writes_metrics_and_trace(tmp_path: Path) -> None:
 
 
 def test_sim_is_deterministic_per_seed(tmp_path: Path) -> None:
-    outs = []
+    outs: list[str] = []
     for seed in (1, 1, 2):
         trace = tmp_path / f"t{len(outs)}.jsonl"
         main(
