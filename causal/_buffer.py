@@ -54,7 +54,12 @@ class CausalBuffer(Generic[K, T]):
 
     def add(self, item: T, deps: Iterable[tuple[K, Need]]) -> bool:
         """Hold ``item`` until its dependencies hold; ``True`` if they hold already."""
-        missing = [(k, n) for k, n in deps if not self.satisfied(k, n)]
+        frontier = self._frontier
+        missing = []
+        for key, need in deps:
+            got = frontier.get(key)
+            if got is None or got < need:
+                missing.append((key, need))
         if not missing:
             return True
         token = self._next

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MsgId:
+class MsgId(NamedTuple):
     """Identity of one publication or membership operation.
 
     ``seq`` comes from one counter per node incarnation, shared by every topic
     and message type, so ``(source, incarnation, seq)`` is never reused: a node
-    that restarts takes a new ``incarnation``.
+    that restarts takes a new ``incarnation``.  A named tuple rather than a
+    dataclass because ids are hashed on every hop: tuple hashing is native.
     """
 
     source: int
