@@ -21,6 +21,12 @@ class PubSubConfig:
     max_round_bytes: int = 512 * 1024
     """Most payload bytes a source batches into one round."""
 
+    max_barrier: int = 4096
+    """Most entries (publications plus membership ops) a received causal barrier may have."""
+
+    max_view_entries: int = 1 << 16
+    """Most membership entries (and bounds) a received ACK may carry."""
+
     max_queued_ops: int = 100_000
     """Most local operations (publications, (un)subscriptions) queued per topic
     behind the round in flight; beyond it :meth:`publish` refuses instead of

@@ -272,9 +272,23 @@ class VCubePS:
             return self._on_ack(sender, packet)
         raise RemoteProtocolError(f"unknown packet type {type(packet).__name__}")
 
+    def _check_remote(self, topic: str, messages: tuple[PubMessage, ...] = ()) -> None:
+        """Reject a packet whose sizes break the configured limits (before any state change)."""
+        cfg = self.config
+        if not isinstance(topic, str) or not topic or len(topic.encode()) > cfg.max_topic_len:
+            raise RemoteProtocolError(f"bad topic name {str(topic)[:64]!r}")
+        if len(messages) > cfg.max_round_messages:
+            raise RemoteProtocolError(f"round of {len(messages)} publications exceeds the limit")
+        for msg in messages:
+            if len(msg.payload) > cfg.max_payload:
+                raise RemoteProtocolError(f"payload of {msg.id!r} exceeds max_payload")
+            if len(msg.deps) + len(msg.op_deps) > cfg.max_barrier:
+                raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
+
     def _on_sub(self, sender: int, packet: Sub) -> list[Output]:
         if sender == self.id or packet.op.node != packet.round.source:
             raise RemoteProtocolError(f"malformed SUB from {sender}: {packet!r}")
+        self._check_remote(packet.topic)
         state = self._topic(packet.topic)
         out = self._learn(state, packet.op)
         kids = self.overlay.children_at(self.id, cluster(sender, self.id) - 1)
@@ -293,6 +307,7 @@ class VCubePS:
             raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
+        self._check_remote(packet.topic, messages)
         state = self._topic(packet.topic)
         out: list[Output] = []
         if isinstance(packet, Uns):
@@ -346,6 +361,9 @@ class VCubePS:
         pending = self._pending.get(packet.round)
         if pending is None or pending.topic != packet.topic or sender not in pending.waiting:
             raise RemoteProtocolError(f"unexpected ACK from {sender} for {packet.round!r}")
+        limit = self.config.max_view_entries
+        if len(packet.view) > limit or len(packet.bounds) > limit:
+            raise RemoteProtocolError(f"ACK from {sender} carries more than {limit} entries")
         for entry in packet.view:
             if entry.newer_than(pending.view.get(entry.node)):
                 pending.view[entry.node] = entry
