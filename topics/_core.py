@@ -82,17 +82,32 @@ def _op_key(node: int) -> DepKey:
     return (1, node, 0)
 
 
-@dataclass(slots=True)
 class _Pending:
-    """A round this node forwarded (or started) whose ACKs are not all back."""
+    """A round this node forwarded (or started) whose ACKs are not all back.
 
-    topic: str
-    kind: str
-    parent: int | None
-    waiting: set[int]
-    ids: tuple[MsgId, ...] = ()
-    view: dict[int, ViewEntry] = field(default_factory=dict)
-    bounds: dict[tuple[int, int], int] = field(default_factory=dict)
+    ``view`` and ``bounds`` gather membership for SUB rounds only; the other
+    rounds (the hot path) allocate neither.
+    """
+
+    __slots__ = ("bounds", "ids", "kind", "parent", "topic", "view", "waiting")
+
+    def __init__(
+        self,
+        topic: str,
+        kind: str,
+        parent: int | None,
+        waiting: set[int],
+        ids: tuple[MsgId, ...] = (),
+    ) -> None:
+        self.topic = topic
+        self.kind = kind
+        self.parent = parent
+        self.waiting = waiting
+        self.ids = ids
+        self.view: dict[int, ViewEntry] | None = None
+        self.bounds: dict[tuple[int, int], int] | None = None
+        if kind == "SUB":
+            self.view, self.bounds = {}, {}
 
 
 @dataclass(slots=True)
@@ -339,6 +354,8 @@ class VCubePS:
         if pending.kind != "SUB":
             return Send(pending.parent, Ack(rid, pending.topic))
         state = self._topic(pending.topic)
+        assert pending.view is not None
+        assert pending.bounds is not None
         merged = dict(pending.view)
         for node, entry in state.view.items():
             if entry.newer_than(merged.get(node)):
@@ -364,12 +381,13 @@ class VCubePS:
         limit = self.config.max_view_entries
         if len(packet.view) > limit or len(packet.bounds) > limit:
             raise RemoteProtocolError(f"ACK from {sender} carries more than {limit} entries")
-        for entry in packet.view:
-            if entry.newer_than(pending.view.get(entry.node)):
-                pending.view[entry.node] = entry
-        for b in packet.bounds:
-            key = (b.node, b.incarnation)
-            pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
+        if pending.view is not None and pending.bounds is not None:
+            for entry in packet.view:
+                if entry.newer_than(pending.view.get(entry.node)):
+                    pending.view[entry.node] = entry
+            for b in packet.bounds:
+                key = (b.node, b.incarnation)
+                pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
         pending.waiting.discard(sender)
         if pending.waiting:
             return []
@@ -445,6 +463,8 @@ class VCubePS:
         out: list[Output] = [RoundAcked(state.name, pending.kind, pending.ids)]
         if pending.kind != "SUB":
             return out
+        assert pending.view is not None
+        assert pending.bounds is not None
         for entry in pending.view.values():
             out.extend(self._learn(state, entry))
         own = state.view.get(self.id)
