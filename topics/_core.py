@@ -122,6 +122,7 @@ class _Topic:
     confirmed: bool = False
     published: bool = False
     last_pub: int = -1
+    last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
     queue: deque[PubMessage | ViewEntry] = field(default_factory=deque)
     in_flight: RoundId | None = None
     # Per subscription (reset by subscribe):
@@ -300,9 +301,31 @@ class VCubePS:
             if len(msg.deps) + len(msg.op_deps) > cfg.max_barrier:
                 raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
 
+    @staticmethod
+    def _check_fifo(state: _Topic, rid: RoundId, messages: tuple[PubMessage, ...]) -> None:
+        """Reject a round whose publications are not its source's, in increasing order,
+        after everything already received from that source.
+
+        Honest sources never break this (their rounds are sequential and a node
+        receives each round once), so it also rejects duplicates up front.
+        """
+        if not messages:
+            return
+        stream = (rid.source, rid.incarnation)
+        last = state.last_rx.get(stream, -1)
+        for msg in messages:
+            if (msg.id.source, msg.id.incarnation) != stream or msg.id.seq <= last:
+                raise RemoteProtocolError(
+                    f"publication {msg.id!r} received twice, out of order, or not from {rid!r}"
+                )
+            last = msg.id.seq
+        state.last_rx[stream] = last
+
     def _on_sub(self, sender: int, packet: Sub) -> list[Output]:
         if sender == self.id or packet.op.node != packet.round.source:
             raise RemoteProtocolError(f"malformed SUB from {sender}: {packet!r}")
+        if packet.round in self._pending:
+            raise RemoteProtocolError(f"round {packet.round!r} received twice")
         self._check_remote(packet.topic)
         state = self._topic(packet.topic)
         out = self._learn(state, packet.op)
@@ -324,6 +347,7 @@ class VCubePS:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
         self._check_remote(packet.topic, messages)
         state = self._topic(packet.topic)
+        self._check_fifo(state, packet.round, messages)
         out: list[Output] = []
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
@@ -509,8 +533,6 @@ class VCubePS:
         first = state.bounds.get((msg.id.source, msg.id.incarnation), 0)
         if msg.id.seq < first:
             return []  # not post-subscription: never delivered here, never waited for
-        if state.buffer.satisfied(_pub_key(msg.id), (msg.id.seq, 0)):
-            raise RemoteProtocolError(f"publication {msg.id!r} received twice")
         deps = [(_pub_key(d), (d.seq, 0)) for d in msg.deps]
         deps += [(_op_key(o.source), (o.incarnation, o.seq)) for o in msg.op_deps]
         # The source's previous publication is always in the causal past but may
