@@ -302,24 +302,27 @@ class VCubePS:
                 raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
 
     @staticmethod
-    def _check_fifo(state: _Topic, rid: RoundId, messages: tuple[PubMessage, ...]) -> None:
+    def _check_fifo(
+        last_rx: dict[tuple[int, int], int], rid: RoundId, messages: tuple[PubMessage, ...]
+    ) -> int | None:
         """Reject a round whose publications are not its source's, in increasing order,
-        after everything already received from that source.
+        after everything already received from that source; return the new last seq.
 
         Honest sources never break this (their rounds are sequential and a node
         receives each round once), so it also rejects duplicates up front.
+        Pure: the caller records the result only once every check passed.
         """
         if not messages:
-            return
+            return None
         stream = (rid.source, rid.incarnation)
-        last = state.last_rx.get(stream, -1)
+        last = last_rx.get(stream, -1)
         for msg in messages:
             if (msg.id.source, msg.id.incarnation) != stream or msg.id.seq <= last:
                 raise RemoteProtocolError(
                     f"publication {msg.id!r} received twice, out of order, or not from {rid!r}"
                 )
             last = msg.id.seq
-        state.last_rx[stream] = last
+        return last
 
     def _on_sub(self, sender: int, packet: Sub) -> list[Output]:
         if sender == self.id or packet.op.node != packet.round.source:
@@ -346,8 +349,11 @@ class VCubePS:
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
         self._check_remote(packet.topic, messages)
-        state = self._topic(packet.topic)
-        self._check_fifo(state, packet.round, messages)
+        known = self._topics.get(packet.topic)
+        last_rx = self._check_fifo(known.last_rx if known else {}, packet.round, messages)
+        state = known or self._topic(packet.topic)
+        if last_rx is not None:
+            state.last_rx[(packet.round.source, packet.round.incarnation)] = last_rx
         out: list[Output] = []
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))

@@ -1,5 +1,15 @@
 """Deterministic discrete-event simulator running the sans-IO protocol cores."""
 
+from p2p.sim._checks import (
+    TraceChecker,
+    Violation,
+    assert_no_violations,
+    assert_trace,
+    assert_views,
+    check_trace,
+    check_views,
+    format_violations,
+)
 from p2p.sim._delay import DelayModel
 from p2p.sim._engine import PROTOCOLS, Core, LinkDelay, Listener, Simulation
 from p2p.sim._recorder import Recorder, TraceEvent, summarize
@@ -14,7 +24,15 @@ __all__ = [
     "Listener",
     "Recorder",
     "Simulation",
+    "TraceChecker",
     "TraceEvent",
+    "Violation",
+    "assert_no_violations",
+    "assert_trace",
+    "assert_views",
+    "check_trace",
+    "check_views",
+    "format_violations",
     "load_scenario",
     "parse_scenario",
     "summarize",
