@@ -33,10 +33,10 @@ How it departs from the thesis, and why (each is argued where it is coded):
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from causal import CausalBarrier, CausalBuffer, MsgId
 from topics._config import PubSubConfig
@@ -68,6 +68,9 @@ from topics._messages import (
     ViewEntry,
 )
 from vcube import ID_BITS, Hypercube, cluster, partition
+
+if TYPE_CHECKING:
+    import random
 
 DepKey = tuple[int, int, int]
 """Buffer key: ``(0, source, incarnation)`` for a publication stream,
@@ -156,7 +159,7 @@ class VCubePS:
         self.incarnation = incarnation
         self.overlay = overlay
         self.config = config or PubSubConfig()
-        self.rng = rng or random.Random(node_id)
+        self.rng = rng
         self._counter = 0
         self._rounds = 0
         self._topics: dict[str, _Topic] = {}

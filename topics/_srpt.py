@@ -15,7 +15,7 @@ does not order publications causally, and it has no ACK waves.
 from __future__ import annotations
 
 import hashlib
-import random
+from typing import TYPE_CHECKING
 
 from causal import MsgId
 from topics._config import PubSubConfig
@@ -28,6 +28,9 @@ from topics._errors import (
 from topics._events import Delivered, Output, Published, Received, Send, Subscribed
 from topics._messages import Ack, Packet, PubMessage, PubRound, RoundId, Sub, Uns, ViewEntry
 from vcube import Hypercube, cluster
+
+if TYPE_CHECKING:
+    import random
 
 
 def srpt_root(overlay: Hypercube, topic: str, salt: bytes = b"") -> int:
@@ -54,7 +57,7 @@ class SRPTNode:
         self.incarnation = incarnation
         self.overlay = overlay
         self.config = config or PubSubConfig()
-        self.rng = rng or random.Random(node_id)
+        self.rng = rng
         self.salt = salt
         self._counter = 0
         self._subscribed: set[str] = set()
