@@ -67,7 +67,7 @@ from topics._messages import (
     Uns,
     ViewEntry,
 )
-from vcube import ID_BITS, Hypercube, cluster, partition
+from vcube import ID_BITS, Hypercube, cluster, partition_sorted
 
 if TYPE_CHECKING:
     import random
@@ -133,8 +133,17 @@ class _Topic:
     buffer: CausalBuffer[DepKey, PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
-    def subscribers(self) -> list[int]:
-        return [n for n, e in self.view.items() if e.subscribed]
+    subs_cache: tuple[int, ...] | None = None
+
+    def subscribers(self) -> tuple[int, ...]:
+        """The subscribers in the view, sorted (cached until the view changes)."""
+        if self.subs_cache is None:
+            self.subs_cache = tuple(sorted(n for n, e in self.view.items() if e.subscribed))
+        return self.subs_cache
+
+    def set_entry(self, entry: ViewEntry) -> None:
+        self.view[entry.node] = entry
+        self.subs_cache = None
 
 
 class VCubePS:
@@ -267,7 +276,7 @@ class VCubePS:
         """
         state = self._topic(topic)
         for node in subscribers:
-            state.view[node] = ViewEntry(node, self.incarnation if node == self.id else 0, 0, True)
+            state.set_entry(ViewEntry(node, self.incarnation if node == self.id else 0, 0, True))
             state.learned_at[node] = 0
         if self.id in state.view:
             state.subscribed = state.confirmed = True
@@ -347,7 +356,7 @@ class VCubePS:
         dests: tuple[int, ...],
         messages: tuple[PubMessage, ...],
     ) -> list[Output]:
-        if sender == self.id or self.id in dests:
+        if sender == self.id or self.id in dests or list(dests) != sorted(set(dests)):
             raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
@@ -363,7 +372,7 @@ class VCubePS:
         for msg in messages:
             out.extend(self._on_publication(state, msg))
         children: list[tuple[int, Packet]] = []
-        for child, share in partition(self.id, dests):
+        for child, share in partition_sorted(self.id, dests):
             if isinstance(packet, PubRound):
                 children.append((child, PubRound(packet.round, packet.topic, messages, share)))
             else:
@@ -453,12 +462,12 @@ class VCubePS:
                 children = [(k, sub) for k in kids]
                 pending = _Pending(state.name, "SUB", None, set(kids), (head.op_id,))
             elif isinstance(head, ViewEntry):
-                dests = partition(self.id, state.subscribers())
+                dests = partition_sorted(self.id, state.subscribers())
                 children = [(c, Uns(rid, state.name, head, share)) for c, share in dests]
                 pending = _Pending(state.name, "UNS", None, {c for c, _ in children}, (head.op_id,))
             else:
                 batch = self._take_batch(state, head)
-                dests = partition(self.id, state.subscribers())
+                dests = partition_sorted(self.id, state.subscribers())
                 children = [(c, PubRound(rid, state.name, batch, share)) for c, share in dests]
                 ids = tuple(m.id for m in batch)
                 pending = _Pending(state.name, "PUB", None, {c for c, _ in children}, ids)
@@ -577,7 +586,7 @@ class VCubePS:
         """
         if not entry.newer_than(state.view.get(entry.node)):
             return []
-        state.view[entry.node] = entry
+        state.set_entry(entry)
         state.learned_at[entry.node] = self._counter
         if entry.node != self.id:
             state.barrier.learned_op(entry.op_id)
@@ -589,7 +598,7 @@ class VCubePS:
 
     def _new_op(self, state: _Topic, *, subscribed: bool) -> ViewEntry:
         op = ViewEntry(self.id, self.incarnation, self._next_seq(), subscribed)
-        state.view[self.id] = op
+        state.set_entry(op)
         state.learned_at[self.id] = op.rc
         return op
 

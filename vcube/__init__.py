@@ -9,6 +9,7 @@ from vcube._topology import (
     cluster,
     depth_and_degree,
     partition,
+    partition_sorted,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "cluster",
     "depth_and_degree",
     "partition",
+    "partition_sorted",
 ]

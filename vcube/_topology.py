@@ -54,16 +54,52 @@ def partition(self_id: int, dests: Iterable[int]) -> list[tuple[int, tuple[int, 
     with its share therefore reaches every destination exactly once, in the same
     tree as Algorithm 1 would build over the correct set ``dests``.
     """
-    buckets: dict[int, list[int]] = {}
-    for y in dests:
-        if y != self_id:
-            buckets.setdefault((y ^ self_id).bit_length(), []).append(y)
-    out: list[tuple[int, tuple[int, ...]]] = []
-    for s in sorted(buckets):
-        members = buckets[s]
-        child = min(members, key=lambda y: y ^ self_id)
-        out.append((child, tuple(y for y in members if y != child)))
-    return out
+    return partition_sorted(self_id, sorted(set(dests)))
+
+
+def partition_sorted(self_id: int, dests: Sequence[int]) -> list[tuple[int, tuple[int, ...]]]:
+    """:func:`partition` for ``dests`` already sorted ascending without duplicates.
+
+    Each bucket ``s`` of ``self_id`` is a contiguous id range, so it is a slice
+    of ``dests`` found by bisection, and every share comes out sorted again: a
+    tree of source-routed hops never sorts twice.  Cost per call is
+    ``O(buckets * s * log n)`` comparisons plus C-level slicing.
+    """
+    out: list[tuple[int, int, tuple[int, ...]]] = []
+    i, n = 0, len(dests)
+    while i < n:
+        y = dests[i]
+        if y == self_id:
+            i += 1
+            continue
+        s = (y ^ self_id).bit_length()
+        width = 1 << (s - 1)
+        lo = ((self_id >> s) << s) | ((self_id & width) ^ width)
+        j = bisect_left(dests, lo + width, i)
+        k = i if j - i == 1 else _closest(dests, i, j, self_id, lo, width)
+        out.append((s, dests[k], tuple(dests[i:k]) + tuple(dests[k + 1 : j])))
+        i = j
+    out.sort()
+    return [(child, share) for _, child, share in out]
+
+
+def _closest(dests: Sequence[int], i: int, j: int, target: int, lo: int, width: int) -> int:
+    """Index in ``dests[i:j]`` (all within ``[lo, lo + width)``) of the id XOR-closest to
+    ``target``: descend the bits, preferring the half that agrees with ``target``."""
+    half = width >> 1
+    while half and j - i > 1:
+        near = lo + (target & half)
+        far = lo + ((target & half) ^ half)
+        mid = bisect_left(dests, lo + half, i, j)
+        if near == lo:  # preferred half is the lower one
+            if mid > i:
+                j = mid
+            else:
+                lo = far
+        elif mid < j:
+            i, lo = mid, near
+        half >>= 1
+    return i
 
 
 class Hypercube:
