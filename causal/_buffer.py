@@ -1,33 +1,42 @@
 """A hold-back buffer keyed on monotone frontiers.
 
 Causal barriers name direct predecessors only.  At a subscriber each
-predecessor ``(key, need)`` is satisfied once a monotone *frontier* for ``key``
-reaches ``need``: for a publication ``key`` is its source stream and the
-frontier the highest sequence number delivered (or known never to be
-deliverable here); for a membership operation ``key`` is the node and the
-frontier the newest operation of that node learned.  Because frontiers only
-grow, an item's satisfied dependencies never become unsatisfied, and an item
-needs to be looked at again only when the frontier it waits on advances.
+predecessor is a triple ``(stream, incarnation, need)``, satisfied once the
+monotone *frontier* of ``(stream, incarnation)`` reaches ``need``: for a
+publication the stream is its source and the frontier the highest sequence
+number delivered (or known never to be deliverable here), so a
+:class:`~causal.MsgId` is its own dependency triple and costs no allocation;
+for a membership operation of node ``n`` the stream is ``-n - 1`` and the
+frontier the newest operation counter learned.  Because frontiers only grow,
+a satisfied dependency never becomes unsatisfied, and an item is looked at
+again only when the frontier it waits on advances.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-K = TypeVar("K", bound=Hashable)
 
-Need = tuple[int, int]
+Dep = tuple[int, int, int]
+"""``(stream, incarnation, need)``; a :class:`~causal.MsgId` is one."""
+
+_RETIRED = 1 << 62
 
 
-class CausalBuffer(Generic[K, T]):
-    """Items wait until every ``(key, need)`` they depend on has ``frontier[key] >= need``.
+def op_stream(node: int) -> int:
+    """The stream of membership operations of ``node`` (disjoint from sources)."""
+    return -node - 1
+
+
+class CausalBuffer(Generic[T]):
+    """Items wait until every dependency ``(s, i, need)`` has ``frontier[s][i] >= need``.
 
     Invariant: an item is returned by :meth:`add` or :meth:`advance` exactly
     once, and only when all its dependencies hold; items whose dependencies
-    hold at once are returned by :meth:`add` without being stored.  Work per
+    hold at once are reported by :meth:`add` without being stored.  Work per
     :meth:`advance` is proportional to the waiters it releases (plus a heap
     operation each), never to the size of the buffer.
     """
@@ -35,47 +44,52 @@ class CausalBuffer(Generic[K, T]):
     __slots__ = ("_frontier", "_items", "_next", "_waiters")
 
     def __init__(self) -> None:
-        self._frontier: dict[K, Need] = {}
-        self._waiters: dict[K, list[tuple[Need, int]]] = {}
+        self._frontier: dict[int, dict[int, int]] = {}
+        self._waiters: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._items: dict[int, list[object]] = {}  # token -> [item, missing]
         self._next = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def frontier(self, key: K) -> Need | None:
-        """The frontier reached for ``key``, or ``None`` if never advanced."""
-        return self._frontier.get(key)
+    def frontier(self, stream: int, incarnation: int) -> int | None:
+        """The frontier reached for ``(stream, incarnation)``, or ``None``."""
+        return self._frontier.get(stream, {}).get(incarnation)
 
-    def satisfied(self, key: K, need: Need) -> bool:
-        """Whether the dependency ``(key, need)`` holds now."""
-        got = self._frontier.get(key)
-        return got is not None and got >= need
+    def satisfied(self, dep: Dep) -> bool:
+        """Whether ``dep`` holds now."""
+        got = self._frontier.get(dep[0], {}).get(dep[1])
+        return got is not None and got >= dep[2]
 
-    def add(self, item: T, deps: Iterable[tuple[K, Need]]) -> bool:
+    def add(self, item: T, deps: Iterable[Dep]) -> bool:
         """Hold ``item`` until its dependencies hold; ``True`` if they hold already."""
         frontier = self._frontier
-        missing = []
-        for key, need in deps:
-            got = frontier.get(key)
-            if got is None or got < need:
-                missing.append((key, need))
+        missing: list[Dep] = []
+        for dep in deps:
+            inner = frontier.get(dep[0])
+            got = None if inner is None else inner.get(dep[1])
+            if got is None or got < dep[2]:
+                missing.append(dep)
         if not missing:
             return True
         token = self._next
         self._next += 1
         self._items[token] = [item, len(missing)]
-        for key, need in missing:
-            heapq.heappush(self._waiters.setdefault(key, []), (need, token))
+        for stream, inc, need in missing:
+            heapq.heappush(self._waiters.setdefault((stream, inc), []), (need, token))
         return False
 
-    def advance(self, key: K, value: Need) -> list[T]:
-        """Raise ``frontier[key]`` to ``value`` and return the items it releases, in order."""
-        cur = self._frontier.get(key)
+    def advance(self, stream: int, incarnation: int, value: int) -> list[T]:
+        """Raise the frontier of ``(stream, incarnation)`` to ``value``; return released items."""
+        inner = self._frontier.setdefault(stream, {})
+        cur = inner.get(incarnation)
         if cur is not None and cur >= value:
             return []
-        self._frontier[key] = value
+        inner[incarnation] = value
+        key = (stream, incarnation)
         heap = self._waiters.get(key)
+        if heap is None:
+            return []
         released: list[T] = []
         while heap and heap[0][0] <= value:
             _, token = heapq.heappop(heap)
@@ -84,8 +98,16 @@ class CausalBuffer(Generic[K, T]):
             if entry[1] == 0:
                 del self._items[token]
                 released.append(entry[0])  # type: ignore[arg-type]
-        if heap is not None and not heap:
+        if not heap:
             del self._waiters[key]
+        return released
+
+    def retire_below(self, stream: int, incarnation: int) -> list[T]:
+        """Everything of ``stream`` in incarnations older than ``incarnation`` is settled
+        (a restarted node's older operations are superseded); release their waiters."""
+        released: list[T] = []
+        for s, inc in [k for k in self._waiters if k[0] == stream and k[1] < incarnation]:
+            released.extend(self.advance(s, inc, _RETIRED))
         return released
 
     def items(self) -> list[T]:

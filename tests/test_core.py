@@ -639,31 +639,47 @@ def test_malformed_rounds_are_rejected() -> None:
 
 
 def test_buffer_releases_items_when_frontiers_reach_them() -> None:
-    buf: CausalBuffer[str, str] = CausalBuffer()
+    x, y, z = (1, 0), (2, 0), (3, 0)  # (stream, incarnation)
+    buf: CausalBuffer[str] = CausalBuffer()
     assert buf.add("free", [])
-    assert not buf.add("b", [("x", (1, 0)), ("y", (0, 0))])
-    assert not buf.add("c", [("x", (2, 0))])
+    assert not buf.add("b", [(*x, 1), (*y, 0)])
+    assert not buf.add("c", [(*x, 2)])
     assert len(buf) == 2
     assert buf.items() == ["b", "c"]
-    assert buf.advance("x", (1, 0)) == []  # b still waits for y
-    assert buf.satisfied("x", (1, 0))
-    assert not buf.satisfied("x", (2, 0))
-    assert buf.frontier("x") == (1, 0)
-    assert buf.frontier("z") is None
-    assert buf.advance("y", (5, 0)) == ["b"]
-    assert buf.advance("x", (0, 0)) == []  # frontiers never go back
-    assert buf.frontier("x") == (1, 0)
-    assert buf.advance("x", (7, 0)) == ["c"]
+    assert buf.advance(*x, 1) == []  # b still waits for y
+    assert buf.satisfied((*x, 1))
+    assert not buf.satisfied((*x, 2))
+    assert buf.frontier(*x) == 1
+    assert buf.frontier(*z) is None
+    assert buf.advance(*y, 5) == ["b"]
+    assert buf.advance(*x, 0) == []  # frontiers never go back
+    assert buf.frontier(*x) == 1
+    assert buf.advance(*x, 7) == ["c"]
     assert len(buf) == 0
-    assert buf.add("d", [("x", (3, 0))])  # already satisfied
+    assert buf.add("d", [(*x, 3)])  # already satisfied
+
+
+def test_buffer_takes_msg_ids_as_dependencies() -> None:
+    buf: CausalBuffer[str] = CausalBuffer()
+    assert not buf.add("m", [MsgId(4, 2, 9)])
+    assert buf.advance(4, 1, 100) == []  # another incarnation of source 4
+    assert buf.advance(4, 2, 9) == ["m"]
 
 
 def test_buffer_releases_in_need_order() -> None:
-    buf: CausalBuffer[int, int] = CausalBuffer()
+    buf: CausalBuffer[int] = CausalBuffer()
     for need in (5, 1, 3):
-        buf.add(need, [(0, (need, 0))])
-    assert buf.advance(0, (4, 0)) == [1, 3]
-    assert buf.advance(0, (9, 0)) == [5]
+        buf.add(need, [(0, 0, need)])
+    assert buf.advance(0, 0, 4) == [1, 3]
+    assert buf.advance(0, 0, 9) == [5]
+
+
+def test_buffer_retires_older_incarnations() -> None:
+    buf: CausalBuffer[str] = CausalBuffer()
+    buf.add("old", [(-8, 0, 5)])
+    buf.add("new", [(-8, 2, 1)])
+    assert buf.retire_below(-8, 1) == ["old"]
+    assert buf.items() == ["new"]
 
 
 def test_barrier_keeps_direct_predecessors_only() -> None:

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from causal import CausalBarrier, CausalBuffer, MsgId
+from causal import CausalBarrier, CausalBuffer, Dep, MsgId, op_stream
 from topics._config import PubSubConfig
 from topics._errors import (
     AlreadySubscribedError,
@@ -71,18 +71,6 @@ from vcube import ID_BITS, Hypercube, cluster, partition_sorted
 
 if TYPE_CHECKING:
     import random
-
-DepKey = tuple[int, int, int]
-"""Buffer key: ``(0, source, incarnation)`` for a publication stream,
-``(1, node, 0)`` for the membership operations of a node."""
-
-
-def _pub_key(mid: MsgId) -> DepKey:
-    return (0, mid.source, mid.incarnation)
-
-
-def _op_key(node: int) -> DepKey:
-    return (1, node, 0)
 
 
 class _Pending:
@@ -130,7 +118,7 @@ class _Topic:
     in_flight: RoundId | None = None
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
-    buffer: CausalBuffer[DepKey, PubMessage] = field(default_factory=CausalBuffer)
+    buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
     subs_cache: tuple[int, ...] | None = None
@@ -229,7 +217,7 @@ class VCubePS:
         # A fresh subscription owns nothing published before it, its own included.
         state.bounds = {(self.id, self.incarnation): op.rc}
         state.buffer = CausalBuffer()
-        state.buffer.advance(_pub_key(op.op_id), (op.rc - 1, 0))
+        state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
         return self._enqueue(state, op, now)
 
@@ -264,7 +252,7 @@ class VCubePS:
         state.barrier.published(mid)
         state.published, state.last_pub = True, mid.seq
         out: list[Output] = [Published(topic, mid), Delivered(topic, mid, msg.payload, own=True)]
-        out.extend(self._release(state, state.buffer.advance(_pub_key(mid), (mid.seq, 0))))
+        out.extend(self._release(state, state.buffer.advance(self.id, self.incarnation, mid.seq)))
         out.extend(self._enqueue(state, msg, now))
         return out
 
@@ -524,13 +512,9 @@ class VCubePS:
         """Open delivery: every bound and learned op is now known (Subscribed)."""
         out: list[Output] = []
         for (node, inc), first in state.bounds.items():
-            out.extend(self._release(state, state.buffer.advance((0, node, inc), (first - 1, 0))))
+            out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
         for entry in state.view.values():
-            out.extend(
-                self._release(
-                    state, state.buffer.advance(_op_key(entry.node), self._op_need(entry))
-                )
-            )
+            out.extend(self._op_learned(state, entry))
         early, state.early = state.early, []
         for msg in early:
             out.extend(self._consider(state, msg))
@@ -551,12 +535,13 @@ class VCubePS:
         first = state.bounds.get((msg.id.source, msg.id.incarnation), 0)
         if msg.id.seq < first:
             return []  # not post-subscription: never delivered here, never waited for
-        deps = [(_pub_key(d), (d.seq, 0)) for d in msg.deps]
-        deps += [(_op_key(o.source), (o.incarnation, o.seq)) for o in msg.op_deps]
-        # The source's previous publication is always in the causal past but may
-        # have left the barrier; naming it keeps per-source FIFO explicit.
+        # A publication id is its own dependency triple (no allocation); the
+        # source's previous publication is always in the causal past but may have
+        # left the barrier, so it is named too to keep per-source FIFO explicit.
+        deps: list[Dep] = list(msg.deps)
+        deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
         if msg.prev >= 0:
-            deps.append((_pub_key(msg.id), (msg.prev, 0)))
+            deps.append((msg.id.source, msg.id.incarnation, msg.prev))
         if state.buffer.add(msg, deps):
             return self._release(state, [msg])
         return []
@@ -569,14 +554,18 @@ class VCubePS:
             msg = work.pop(0)
             state.barrier.delivered(msg.id, msg.deps, msg.op_deps)
             out.append(Delivered(state.name, msg.id, msg.payload))
-            work.extend(state.buffer.advance(_pub_key(msg.id), (msg.id.seq, 0)))
+            work.extend(state.buffer.advance(msg.id.source, msg.id.incarnation, msg.id.seq))
         return out
 
     # ---------------------------------------------------------------- helpers
 
-    @staticmethod
-    def _op_need(entry: ViewEntry) -> tuple[int, int]:
-        return (entry.incarnation, entry.rc)
+    def _op_learned(self, state: _Topic, entry: ViewEntry) -> list[Output]:
+        """Release what waited for ``entry`` (or an older op of its node)."""
+        stream = op_stream(entry.node)
+        ready = state.buffer.advance(stream, entry.incarnation, entry.rc)
+        if entry.incarnation:
+            ready.extend(state.buffer.retire_below(stream, entry.incarnation))
+        return self._release(state, ready)
 
     def _learn(self, state: _Topic, entry: ViewEntry) -> list[Output]:
         """Record ``entry`` if it is newer than what this node knew (UPDATE, lines 81-87).
@@ -590,11 +579,7 @@ class VCubePS:
         state.learned_at[entry.node] = self._counter
         if entry.node != self.id:
             state.barrier.learned_op(entry.op_id)
-        if state.confirmed:
-            return self._release(
-                state, state.buffer.advance(_op_key(entry.node), self._op_need(entry))
-            )
-        return []
+        return self._op_learned(state, entry) if state.confirmed else []
 
     def _new_op(self, state: _Topic, *, subscribed: bool) -> ViewEntry:
         op = ViewEntry(self.id, self.incarnation, self._next_seq(), subscribed)
