@@ -73,6 +73,15 @@ if TYPE_CHECKING:
     import random
 
 
+PresetView = tuple[dict[int, ViewEntry], tuple[int, ...]]
+
+
+def preset_view(subscribers: Iterable[int]) -> PresetView:
+    """A directory in which every node of ``subscribers`` subscribed before time 0."""
+    subs = tuple(sorted(set(subscribers)))
+    return {n: ViewEntry(n, 0, 0, True) for n in subs}, subs
+
+
 class _Pending:
     """A round this node forwarded (or started) whose ACKs are not all back.
 
@@ -129,7 +138,11 @@ class _Topic:
             self.subs_cache = tuple(sorted(n for n, e in self.view.items() if e.subscribed))
         return self.subs_cache
 
+    view_shared: bool = False
+
     def set_entry(self, entry: ViewEntry) -> None:
+        if self.view_shared:  # copy on first write (see preset_subscription)
+            self.view, self.view_shared = dict(self.view), False
         self.view[entry.node] = entry
         self.subs_cache = None
 
@@ -256,17 +269,25 @@ class VCubePS:
         out.extend(self._enqueue(state, msg, now))
         return out
 
-    def preset_subscription(self, topic: str, subscribers: Iterable[int]) -> None:
+    def preset_subscription(
+        self, topic: str, subscribers: Iterable[int], *, shared: PresetView | None = None
+    ) -> None:
         """Oracle start (thesis simulator switch): ``subscribers`` are already known.
 
         Every node of the run must be given the same set before anything
         happens; this node becomes a confirmed subscriber if it is in the set.
+        A driver presetting many nodes passes one :func:`preset_view` as
+        ``shared``: the nodes then share it copy-on-write instead of each
+        holding its own O(N) directory (O(N^2) memory for a fleet).
         """
         state = self._topic(topic)
-        for node in subscribers:
-            state.set_entry(ViewEntry(node, self.incarnation if node == self.id else 0, 0, True))
-            state.learned_at[node] = 0
-        if self.id in state.view:
+        if state.view or state.queue or state.in_flight is not None:
+            raise LocalProtocolError(f"preset_subscription on {topic!r} after activity")
+        view, subs = shared if shared is not None else preset_view(subscribers)
+        state.view, state.view_shared, state.subs_cache = view, True, subs
+        # learned_at stays empty: an oracle subscription was "learned" before any
+        # publication, so it bounds nothing (a missing entry reports no Bound).
+        if self.id in view:
             state.subscribed = state.confirmed = True
             state.bounds = {}
             self._counter = max(self._counter, 1)

@@ -15,6 +15,7 @@ does not order publications causally, and it has no ACK waves.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from causal import MsgId
@@ -75,8 +76,11 @@ class SRPTNode:
     def idle(self) -> bool:
         return True
 
-    def preset_subscription(self, topic: str, subscribers: set[int] | list[int]) -> None:
+    def preset_subscription(
+        self, topic: str, subscribers: Iterable[int], *, shared: object = None
+    ) -> None:
         """Oracle start: the root knows ``subscribers``; members are subscribed."""
+        subscribers = set(subscribers)
         if self.id in subscribers:
             self._subscribed.add(topic)
         if self.root(topic) == self.id:

@@ -39,6 +39,7 @@ from topics import (
     Subscribed,
     VCubePS,
 )
+from topics._core import preset_view
 from vcube import Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt")
@@ -145,8 +146,9 @@ class Simulation:
     def preset_subscriptions(self, topic: str, subscribers: Iterable[int]) -> None:
         """Oracle start: every node already knows ``subscribers`` of ``topic``."""
         subs = list(subscribers)
+        shared = preset_view(subs)
         for core in self.nodes.values():
-            core.preset_subscription(topic, subs)  # type: ignore[attr-defined]
+            core.preset_subscription(topic, subs, shared=shared)  # type: ignore[attr-defined]
         for n in subs:
             self.recorder.preset(n, topic)
 
