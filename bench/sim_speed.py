@@ -207,7 +207,7 @@ def _machine() -> dict[str, Any]:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = git("rev-parse", "--short", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "*.py"))  # code only
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
