@@ -23,6 +23,7 @@ from causal import CausalBarrier, CausalBuffer, MsgId
 from topics import (
     Ack,
     AlreadySubscribedError,
+    Bundle,
     Delivered,
     Dropped,
     Event,
@@ -81,9 +82,11 @@ class Net:
     def _take(self, node: int, outputs: list[Output]) -> list[Output]:
         for o in outputs:
             if isinstance(o, Send):
-                w = Wire(node, o.dest, o.packet)
-                self.wire.append(w)
-                self.sent.append(w)
+                packets = o.packet.packets if isinstance(o.packet, Bundle) else (o.packet,)
+                for p in packets:  # a bundle is link-level: its packets arrive in order
+                    w = Wire(node, o.dest, p)
+                    self.wire.append(w)
+                    self.sent.append(w)
             else:
                 self.events[node].append(o)
         return outputs

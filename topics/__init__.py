@@ -13,6 +13,7 @@ from topics._events import (
     Delivered,
     Dropped,
     Event,
+    Held,
     Output,
     Published,
     Received,
@@ -20,16 +21,30 @@ from topics._events import (
     Send,
     Subscribed,
 )
-from topics._messages import Ack, Bound, Packet, PubMessage, PubRound, RoundId, Sub, Uns, ViewEntry
+from topics._messages import (
+    Ack,
+    Bound,
+    Bundle,
+    Packet,
+    PubMessage,
+    PubRound,
+    RoundId,
+    Sub,
+    Uns,
+    ViewEntry,
+    wire_size,
+)
 from topics._srpt import SRPTNode
 
 __all__ = [
     "Ack",
     "AlreadySubscribedError",
     "Bound",
+    "Bundle",
     "Delivered",
     "Dropped",
     "Event",
+    "Held",
     "LocalProtocolError",
     "NotSubscribedError",
     "Output",
@@ -50,4 +65,5 @@ __all__ = [
     "Uns",
     "VCubePS",
     "ViewEntry",
+    "wire_size",
 ]

@@ -32,6 +32,10 @@ class PubSubConfig:
     behind the round in flight; beyond it :meth:`publish` refuses instead of
     growing memory without bound."""
 
+    aggregation: bool = True
+    """Timer-free causal aggregation: hold a round back from a child that could not
+    deliver it before a predecessor this node will bring it (see ``VCubePS``)."""
+
     def __post_init__(self) -> None:
         for name in ("max_topic_len", "max_payload", "max_round_messages", "max_round_bytes"):
             if getattr(self, name) <= 0:

@@ -174,6 +174,9 @@ class VCubePS:
         self._rounds = 0
         self._topics: dict[str, _Topic] = {}
         self._pending: dict[RoundId, _Pending] = {}
+        self.pending_max = 0
+        """Most publications held back for causal order at once, over all topics."""
+        self._buffered = 0
 
     def __repr__(self) -> str:
         subs = sorted(t for t, s in self._topics.items() if s.subscribed)

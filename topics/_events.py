@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from causal import MsgId
-from topics._messages import Packet
+from topics._messages import Bundle, Packet
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +13,7 @@ class Send:
     """Send ``packet`` to node ``dest``."""
 
     dest: int
-    packet: Packet
+    packet: Packet | Bundle
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,5 +75,19 @@ class Dropped:
     reason: str
 
 
-Event = Delivered | Received | Published | Subscribed | RoundAcked | Dropped
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Causal aggregation: a round's packet for ``child`` was held back on reception.
+
+    ``ids`` are the round's publications; the child could not deliver the first
+    of them before a predecessor this node has not received yet and will
+    forward to it.
+    """
+
+    topic: str
+    child: int
+    ids: tuple[MsgId, ...]
+
+
+Event = Delivered | Received | Published | Subscribed | RoundAcked | Dropped | Held
 Output = Send | Event

@@ -124,3 +124,39 @@ class Ack:
 
 
 Packet = PubRound | Sub | Uns | Ack
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """Packets for one neighbour that must leave together (a causal-aggregation release).
+
+    Link-level only: a driver unpacks a bundle and hands each packet to the
+    receiving core in order; cores never receive a bundle.
+    """
+
+    packets: tuple[Packet, ...]
+    kind: Literal["BUNDLE"] = "BUNDLE"
+
+
+ID_BYTES = 2
+"""Bytes per node id in the size model (the thesis' dense ids, §4.5.3)."""
+
+
+def wire_size(packet: Packet) -> int:
+    """Bytes of ``packet`` under the thesis' cost model (a model, not the runtime's CBOR).
+
+    Ids cost 2 bytes, counters 4; a publication costs its payload, its id and
+    4 bytes per barrier entry; a route (``dests``) costs an id per node.
+    """
+    head = ID_BYTES + 4 + len(packet.topic)
+    if isinstance(packet, PubRound):
+        body = sum(
+            len(m.payload) + ID_BYTES + 8 + 4 * (len(m.deps) + len(m.op_deps))
+            for m in packet.messages
+        )
+        return head + ID_BYTES * len(packet.dests) + body
+    if isinstance(packet, Sub):
+        return head + 8
+    if isinstance(packet, Uns):
+        return head + 8 + ID_BYTES * len(packet.dests)
+    return head + 8 * (len(packet.view) + len(packet.bounds))

@@ -60,6 +60,7 @@ class SRPTNode:
         self.config = config or PubSubConfig()
         self.rng = rng
         self.salt = salt
+        self.pending_max = 0  # SRPT holds nothing back
         self._counter = 0
         self._subscribed: set[str] = set()
         self._members: dict[str, set[int]] = {}  # only at roots

@@ -17,19 +17,21 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, cast
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, cast
 
+from causal import BroadcastConfig, MsgId, PacketLimits, pack
 from p2p._errors import P2PError
 from p2p.sim._delay import DelayModel
+from p2p.sim._frames import BroadcastCore, Frame, Part, part_size, parts_of
 from p2p.sim._recorder import Recorder
 from topics import (
     Delivered,
     Dropped,
     Event,
+    Held,
     LocalProtocolError,
     Output,
-    Packet,
     Published,
     PubSubConfig,
     Received,
@@ -42,10 +44,14 @@ from topics import (
 from topics._core import preset_view
 from vcube import Hypercube
 
-PROTOCOLS = ("vcube-ps", "srpt")
+PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")
+AGGREGATION = ("on", "causal", "off")
+"""``off``: none; ``causal``: timer-free causal aggregation in the cores only
+(Algorithm 2; for VCube-PS its barrier-based version); ``on``: that plus link
+coalescing in the per-link outbox (thesis §6.2.2.2 hybrid)."""
 
 _ActionItem = tuple[str, int, str, bytes]
-_PacketItem = tuple[int, int, Packet]
+_PacketItem = tuple[int, int, Frame]
 
 Listener = Callable[["Simulation", int, float, Event], None]
 
@@ -61,9 +67,11 @@ class Core(Protocol):
     def subscribe(self, topic: str, now: float) -> list[Output]: ...
     def unsubscribe(self, topic: str, now: float) -> list[Output]: ...
     def publish(self, topic: str, payload: bytes, now: float) -> list[Output]: ...
-    def receive(self, sender: int, packet: Packet, now: float) -> list[Output]: ...
+    def receive(self, sender: int, packet: Any, now: float) -> list[Output]: ...
     def is_subscribed(self, topic: str) -> bool: ...
     def idle(self) -> bool: ...
+    @property
+    def pending_max(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -92,9 +100,18 @@ class Simulation:
         config: PubSubConfig | None = None,
         link_delay: LinkDelay | None = None,
         record_trace: bool = True,
+        aggregation: str = "on",
+        limits: PacketLimits | None = None,
+        record_links: bool = False,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        if aggregation not in AGGREGATION:
+            raise P2PError(f"unknown aggregation {aggregation!r}; choose one of {AGGREGATION}")
+        self.aggregation = aggregation
+        self.limits = limits or PacketLimits()
+        self._last_frame: dict[tuple[int, int], Frame] = {}
+        self._labels: dict[MsgId, str] = {}
         if len(set(node_ids)) != len(node_ids) or not node_ids:
             raise P2PError("node ids must be distinct and non-empty")
         self.protocol = protocol
@@ -110,16 +127,26 @@ class Simulation:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
-        self.recorder = Recorder(self.index, record_trace=record_trace)
+        self.recorder = Recorder(
+            self.index,
+            record_trace=record_trace,
+            header=self.limits.header,
+            record_links=record_links,
+        )
         self.listeners: list[Listener] = []
         """Called as ``listener(sim, node, time, event)`` for every event a core emits;
         a listener may :meth:`schedule` more actions (reactive scenarios)."""
 
     def _make(self, node: int, config: PubSubConfig | None) -> Core:
         rng = random.Random(f"{self.seed}/{node}")
+        aggregate = self.aggregation != "off"
+        if self.protocol == "causal-broadcast":
+            bconf = BroadcastConfig(aggregation=aggregate, limits=self.limits)
+            return BroadcastCore(node, overlay=self.overlay, config=bconf, topics=self._labels)
         if self.protocol == "srpt":
             salt = self.seed.to_bytes(8, "big", signed=True)
             return SRPTNode(node, overlay=self.overlay, config=config, rng=rng, salt=salt)
+        config = replace(config or PubSubConfig(), aggregation=aggregate)
         return VCubePS(node, overlay=self.overlay, config=config, rng=rng)
 
     def __repr__(self) -> str:
@@ -146,6 +173,10 @@ class Simulation:
     def preset_subscriptions(self, topic: str, subscribers: Iterable[int]) -> None:
         """Oracle start: every node already knows ``subscribers`` of ``topic``."""
         subs = list(subscribers)
+        if self.protocol == "causal-broadcast":  # no subscriptions: only the trace needs it
+            for n in subs:
+                self.recorder.preset(n, topic)
+            return
         shared = preset_view(subs)
         for core in self.nodes.values():
             core.preset_subscription(topic, subs, shared=shared)  # type: ignore[attr-defined]
@@ -206,19 +237,26 @@ class Simulation:
         clock.cpu_free = start + self.delays.tpc
         self._emit(node, start, clock.cpu_free, out)
 
-    def _arrive(self, sender: int, dest: int, packet: Packet) -> None:
+    def _arrive(self, sender: int, dest: int, packet: Frame) -> None:
+        """A link packet arrives: one ``t_pc`` for the packet, then each part in order."""
         clock = self.clocks[dest]
         done = max(self.now, clock.cpu_free) + self.delays.tpc
         clock.cpu_free = done
-        out = self.nodes[dest].receive(sender, packet, done)
+        self.recorder.arrived(dest, packet, sender, self.now)
+        core = self.nodes[dest]
+        out: list[Output] = []
+        for part in packet.parts:
+            out.extend(core.receive(sender, part, done))
+        self.recorder.pending_max[dest] = core.pending_max
         self._emit(dest, done, done, out)
 
     def _emit(self, node: int, at: float, ready: float, outputs: list[Output]) -> None:
-        """Record events at ``at``; queue packets on the link from ``ready`` on."""
+        """Record events at ``at``; queue the packets from ``ready`` on."""
         rec = self.recorder
+        sends: list[Send] = []
         for o in outputs:
             if isinstance(o, Send):
-                self._transmit(node, o.dest, o.packet, ready)
+                sends.append(o)
                 continue
             if isinstance(o, Delivered):
                 rec.delivered(at, node, o.topic, o.id, o.own)
@@ -232,15 +270,50 @@ class Simulation:
                 rec.round_acked(at, node, o.topic, o.kind, o.ids)
             elif isinstance(o, Dropped):
                 rec.dropped(at, node, o.topic, o.count, o.reason)
+            elif isinstance(o, Held):
+                rec.held(at, node, o.child, o.ids)
             for listener in self.listeners:
                 listener(self, node, at, o)
+        if sends:
+            self._ship(node, ready, sends)
 
-    def _transmit(self, src: int, dst: int, packet: Packet, ready: float) -> None:
+    def _ship(self, src: int, ready: float, sends: list[Send]) -> None:
+        """Turn one step's sends into link packets (the per-link outbox).
+
+        ``off`` and ``causal``: one packet per send (a core's bundle stays one
+        packet, split at the MTU).  ``on`` adds link coalescing: everything this
+        step sends to a neighbour shares packets, and joins the last packet
+        queued for it if that one has not started transmitting.  Nothing ever
+        waits for company: a part only rides in a packet that leaves no later
+        than a packet of its own would.
+        """
+        limits = self.limits
+        if self.aggregation != "on":
+            for send in sends:
+                for chunk in pack(parts_of(send.packet), part_size, limits):
+                    self._transmit(src, send.dest, Frame(chunk, limits.header), ready)
+            return
+        by_dest: dict[int, list[Part]] = {}
+        for send in sends:
+            by_dest.setdefault(send.dest, []).extend(parts_of(send.packet))
+        for dst, parts in by_dest.items():
+            last = self._last_frame.get((src, dst))
+            if last is not None and last.start > ready:
+                while parts and last.fits(part_size(parts[0]), limits):
+                    last.add(parts.pop(0))
+            for chunk in pack(parts, part_size, limits):
+                self._transmit(src, dst, Frame(chunk, limits.header), ready)
+
+    def _transmit(self, src: int, dst: int, packet: Frame, ready: float) -> None:
+        """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``."""
+        if dst not in self.nodes:
+            raise P2PError(f"node {src} sent to unknown node {dst}")
         clock = self.clocks[src]
         q = clock.in_queue
         while q and q[0] <= ready:
             q.popleft()
-        depart = max(ready, clock.link_free) + self.delays.tt
+        packet.start = max(ready, clock.link_free)
+        depart = packet.start + self.delays.tt
         clock.link_free = depart
         q.append(depart)
         if self.link_delay is not None:
@@ -248,8 +321,7 @@ class Simulation:
         else:
             tpp = self.delays.propagation(self.rng)
         self.recorder.sent(src, packet, len(q) - 1)
-        if dst not in self.nodes:
-            raise P2PError(f"node {src} sent to unknown node {dst}")
+        self._last_frame[(src, dst)] = packet
         self._push(depart + tpp, self._ARRIVE, (src, dst, packet))
 
 

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from causal import MsgId
-from topics import Packet, PubRound
+from causal import MessageSet, MsgId
+from p2p.sim._frames import Frame, frame_ids, part_messages
+from topics import PubRound
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,19 @@ class Recorder:
     drops: int = 0
     rounds: Counter[str] = field(default_factory=Counter)
     messages_per_round: list[int] = field(default_factory=list)
+    header: int = 20
+    frames: int = 0
+    msgs_per_frame: Counter[int] = field(default_factory=Counter)
+    frame_sizes: list[int] = field(default_factory=list)
+    messages_sent: Counter[int] = field(default_factory=Counter)
+    holds: list[tuple[float, int, int, tuple[MsgId, ...]]] = field(default_factory=list)
+    """``(time, node, child, ids)`` of every causal hold-back, for checkers."""
+    held_by_node: Counter[int] = field(default_factory=Counter)
+    record_links: bool = False
+    links: list[tuple[float, int, int, int, tuple[MsgId, ...]]] = field(default_factory=list)
+    """With ``record_links``: ``(arrival time, src, dst, size, message ids)`` per link packet."""
+    pending_max: dict[int, int] = field(default_factory=dict)
+    """Largest pending set (received, not delivered) per node, when the core reports it."""
 
     def _add(self, time: float, node: int, event: str, topic: str, mid: MsgId | None) -> None:
         if self.record_trace:
@@ -133,20 +147,42 @@ class Recorder:
     def dropped(self, time: float, node: int, topic: str, count: int, reason: str) -> None:
         self.drops += count
 
-    def sent(self, src: int, packet: Packet, queued_ahead: int) -> None:
-        self.packets[packet.kind] += 1
+    def held(self, time: float, node: int, child: int, ids: tuple[MsgId, ...]) -> None:
+        self.holds.append((time, node, child, ids))
+        self.held_by_node[node] += 1
+
+    def sent(self, src: int, frame: Frame, queued_ahead: int) -> None:
+        """A link packet was queued (its parts may still grow until it starts)."""
+        self.frames += 1
         self.sent_by_node[src] += 1
         self.queue_samples[src].append(queued_ahead)
-        if isinstance(packet, PubRound):
-            self.msgs_per_pub_packet[len(packet.messages)] += 1
-            if packet.round.source == src:
-                for m in packet.messages:
-                    self.barrier_sizes.setdefault(m.id, len(m.deps) + len(m.op_deps))
+
+    def arrived(self, dest: int, frame: Frame, src: int | None = None, now: float = 0.0) -> None:
+        """A link packet arrived: its content is final, count it."""
+        msgs = 0
+        for part in frame.parts:
+            self.packets[part.kind] += 1
+            msgs += part_messages(part)
+            if isinstance(part, MessageSet):
+                for bm in part.messages:
+                    if bm.source == src:
+                        self.barrier_sizes.setdefault(bm.id, len(bm.clock))
+            if isinstance(part, PubRound):
+                self.msgs_per_pub_packet[len(part.messages)] += 1
+                if part.round.source == src:
+                    for m in part.messages:
+                        self.barrier_sizes.setdefault(m.id, len(m.deps) + len(m.op_deps))
+        if src is not None:
+            self.messages_sent[src] += msgs
+        self.msgs_per_frame[msgs] += 1
+        self.frame_sizes.append(frame.size)
+        if self.record_links and src is not None:
+            self.links.append((now, src, dest, frame.size, frame_ids(frame)))
 
     # --- outputs
     def metrics(self) -> dict[str, Any]:
         """The ``METRICS.json`` document."""
-        pkts = {k: self.packets.get(k, 0) for k in ("PUB", "SUB", "UNS", "ACK")}
+        pkts = {k: self.packets.get(k, 0) for k in ("PUB", "SUB", "UNS", "ACK", "MSG")}
         pkts["total"] = sum(pkts.values())
         pub_msgs = sum(k * v for k, v in self.msgs_per_pub_packet.items())
         queue_means = {n: statistics.fmean(v) for n, v in self.queue_samples.items() if v}
@@ -175,7 +211,28 @@ class Recorder:
                 "max": max((max(v) for v in self.queue_samples.values() if v), default=0),
             },
             "causal_barrier": summarize([float(x) for x in self.barrier_sizes.values()]),
+            "link": {
+                "packets": self.frames,
+                "messages_per_packet": {str(k): v for k, v in sorted(self.msgs_per_frame.items())},
+                "bytes": sum(self.frame_sizes),
+                "packet_size": summarize([float(x) for x in self.frame_sizes]),
+                "held_back": sum(self.held_by_node.values()),
+            },
+            "nodes": self.node_counters(),
         }
+
+    def node_counters(self) -> dict[str, dict[str, int]]:
+        """Per-node counters by scenario index: packets and messages sent, hold-backs,
+        largest pending set (what device telemetry reports)."""
+        out: dict[str, dict[str, int]] = {}
+        for node, idx in self.index.items():
+            out[str(idx)] = {
+                "packets_sent": self.sent_by_node.get(node, 0),
+                "messages_sent": self.messages_sent.get(node, 0),
+                "held_back": self.held_by_node.get(node, 0),
+                "pending_max": self.pending_max.get(node, 0),
+            }
+        return out
 
     def write_trace(self, fh: TextIO) -> None:
         """Write the trace as JSON lines, in time order (per node: event order)."""
