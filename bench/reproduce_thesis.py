@@ -269,7 +269,7 @@ def _cache_srpt_roots(sim: Simulation) -> None:
                 r = roots[topic] = _orig(topic)
             return r
 
-        core.root = root
+        core.root = root  # type: ignore[method-assign]
 
 
 def _new_sim(task: Task, cls: type[Simulation] = Simulation) -> Simulation:

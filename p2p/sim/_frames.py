@@ -64,7 +64,7 @@ def frame_ids(frame: Frame) -> tuple[MsgId, ...]:
     """Ids of the application messages (publications, broadcasts) in ``frame``."""
     ids: list[MsgId] = []
     for part in frame.parts:
-        if isinstance(part, MessageSet) or isinstance(part, PubRound):
+        if isinstance(part, (MessageSet, PubRound)):
             ids.extend(m.id for m in part.messages)
     return tuple(ids)
 
