@@ -9,8 +9,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from causal import PacketLimits
 from p2p._errors import P2PError
-from p2p.sim import PROTOCOLS, Action, DelayModel, Simulation, load_scenario
+from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
 
 
@@ -30,6 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("scenario", help="scenario file: time;ACTION;node;topic[;payload] per line")
     sim.add_argument("--nodes", type=int, required=True, help="number of nodes N (ids 0..N-1)")
     sim.add_argument("--protocol", choices=PROTOCOLS, default="vcube-ps")
+    sim.add_argument(
+        "--aggregation",
+        choices=AGGREGATION,
+        default="on",
+        help="timer-free aggregation: on (causal + link coalescing, default), "
+        "causal (holding back only: Algorithm 2 alone), off",
+    )
+    sim.add_argument("--mtu", type=int, default=1500, help="link packet size limit in bytes")
     _add_delay_args(sim)
     sim.add_argument("--metrics", type=Path, help="write METRICS.json here")
     sim.add_argument("--trace", type=Path, help="write TRACE.jsonl here")
@@ -63,11 +72,21 @@ def run_actions(
     oracle: bool = False,
     record_trace: bool = True,
     progress: bool = False,
+    aggregation: str = "on",
+    mtu: int = 1500,
 ) -> Simulation:
     """Run scenario ``actions`` on ``nodes`` dense ids and return the finished simulation."""
     sim = Simulation(
-        list(range(nodes)), protocol=protocol, delays=delays, seed=seed, record_trace=record_trace
+        list(range(nodes)),
+        protocol=protocol,
+        delays=delays,
+        seed=seed,
+        record_trace=record_trace,
+        aggregation=aggregation,
+        limits=PacketLimits(mtu=mtu),
     )
+    if protocol == "causal-broadcast":
+        actions = _broadcast_actions(sim, actions)
     if oracle:
         presets: dict[str, list[int]] = {}
         rest = []
@@ -95,6 +114,23 @@ def run_actions(
     return sim
 
 
+def _broadcast_actions(sim: Simulation, actions: Sequence[Action]) -> list[Action]:
+    """Causal broadcast has no subscriptions: every node delivers every message.
+
+    Its trace still names topics (each PUB line's), so every node is recorded
+    as subscribed to each of them from time 0.
+    """
+    bad = [a for a in actions if a.action != "PUB"]
+    if bad:
+        raise P2PError(
+            f"line {bad[0].line}: causal-broadcast has no subscriptions "
+            f"({bad[0].action}); give PUB lines only"
+        )
+    for topic in dict.fromkeys(a.topic for a in actions):
+        sim.preset_subscriptions(topic, sim.ids)
+    return list(actions)
+
+
 def _summary(sim: Simulation, label: str, wall: float) -> str:
     m = sim.recorder.metrics()
     lat = m["latency"]
@@ -102,6 +138,7 @@ def _summary(sim: Simulation, label: str, wall: float) -> str:
         f"{label:>9}: {m['publications']} publications, {m['deliveries']} deliveries, "
         f"packets {m['packets']['total']} (PUB {m['packets']['PUB']}, SUB {m['packets']['SUB']}, "
         f"UNS {m['packets']['UNS']}, ACK {m['packets']['ACK']}), "
+        f"link packets {m['link']['packets']}, held back {m['link']['held_back']}, "
         f"false positives {m['false_positives']}, delivery latency mean "
         f"{lat['delivery']['mean']:.1f} / p99 {lat['delivery']['p99']:.1f} u.t. "
         f"[{wall:.2f} s wall]"
@@ -110,6 +147,8 @@ def _summary(sim: Simulation, label: str, wall: float) -> str:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     _check_nodes(args.nodes)
+    if not 64 <= args.mtu <= 1 << 20:
+        raise P2PError(f"--mtu must be between 64 and 1048576 bytes, got {args.mtu}")
     actions = load_scenario(args.scenario, args.nodes)
     delays = DelayModel(tpc=args.tpc, tt=args.tt, tpp_mean=args.tpp_mean, tpp_stdev=args.tpp_stdev)
     started = time.monotonic()
@@ -122,6 +161,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         oracle=args.oracle_subscriptions,
         record_trace=args.trace is not None,
         progress=not args.quiet,
+        aggregation=args.aggregation,
+        mtu=args.mtu,
     )
     wall = time.monotonic() - started
     if args.metrics:
