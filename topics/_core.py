@@ -49,6 +49,7 @@ from topics._errors import (
 from topics._events import (
     Delivered,
     Dropped,
+    Held,
     Output,
     Published,
     Received,
@@ -59,6 +60,7 @@ from topics._events import (
 from topics._messages import (
     Ack,
     Bound,
+    Bundle,
     Packet,
     PubMessage,
     PubRound,
@@ -110,6 +112,17 @@ class _Pending:
             self.view, self.bounds = {}, {}
 
 
+class _Held:
+    """A round's packet for ``child`` held back until ``blockers`` have been sent to it."""
+
+    __slots__ = ("blockers", "child", "packet")
+
+    def __init__(self, child: int, packet: PubRound, blockers: set[MsgId]) -> None:
+        self.child = child
+        self.packet = packet
+        self.blockers = blockers
+
+
 @dataclass(slots=True)
 class _Topic:
     """Everything one node knows and holds about one topic."""
@@ -131,6 +144,10 @@ class _Topic:
     early: list[PubMessage] = field(default_factory=list)
 
     subs_cache: tuple[int, ...] | None = None
+    # Causal aggregation (see VCubePS._hold_or_send):
+    held: dict[int, dict[MsgId, _Held]] = field(default_factory=dict)
+    waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
+    kids_cache: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def subscribers(self) -> tuple[int, ...]:
         """The subscribers in the view, sorted (cached until the view changes)."""
@@ -145,6 +162,16 @@ class _Topic:
             self.view, self.view_shared = dict(self.view), False
         self.view[entry.node] = entry
         self.subs_cache = None
+        self.kids_cache = {}
+
+    def tree_kids(self, me: int, root: int) -> tuple[int, ...]:
+        """My children in ``root``'s tree over the subscribers I know (cached per view)."""
+        got = self.kids_cache.get(root)
+        if got is None:
+            subs = self.subscribers()
+            got = Hypercube(subs).children(me, root) if me in subs else ()
+            self.kids_cache[root] = got
+        return got
 
 
 class VCubePS:
@@ -177,6 +204,10 @@ class VCubePS:
         self.pending_max = 0
         """Most publications held back for causal order at once, over all topics."""
         self._buffered = 0
+        self.holds = 0
+        """Round packets held back from a child by causal aggregation."""
+        self.mistaken_holds = 0
+        """Holds released because the blocker's round had no packet for the child."""
 
     def __repr__(self) -> str:
         subs = sorted(t for t, s in self._topics.items() if s.subscribed)
@@ -249,6 +280,7 @@ class VCubePS:
         if held:
             out.append(Dropped(topic, held, "unsubscribed before their predecessors arrived"))
         state.buffer, state.early = CausalBuffer(), []
+        out.extend(self._flush_held(state))
         out.extend(self._enqueue(state, op, now))
         return out
 
@@ -390,7 +422,108 @@ class VCubePS:
             else:
                 children.append((child, Uns(packet.round, packet.topic, packet.op, share)))
         pending = _Pending(packet.topic, packet.kind, sender, {c for c, _ in children})
+        if messages and (state.held or (self.config.aggregation and state.confirmed)):
+            if not children:
+                out.append(self._ack_for(packet.round, pending))
+            else:
+                self._pending[packet.round] = pending
+            out.extend(self._aggregate(state, messages, children))
+            return out
         out.extend(self._forward(packet.round, pending, children))
+        return out
+
+    # ------------------------------------------------------ causal aggregation
+
+    def _aggregate(
+        self, state: _Topic, messages: tuple[PubMessage, ...], children: list[tuple[int, Packet]]
+    ) -> list[Output]:
+        """Forward a PUB round, holding its packet back from children that cannot use it yet.
+
+        The packet for child ``k`` is held while the round's first publication
+        has a direct predecessor ``d`` that (a) this node has not received, will
+        receive (it is post-subscription here, so this node's own delivery waits
+        for it) and routes to ``k`` (``k`` is its child in ``d``'s tree over the
+        view), or (b) sits in a packet already held from ``k``.  ``k`` could not
+        deliver the round before ``d`` anyway (per-source FIFO makes the first
+        publication gate the whole round), so holding costs it nothing, and the
+        packets leave together.  Held packets are released when every blocker
+        has been sent to ``k``, or arrived here without a packet for ``k`` (the
+        view was wrong about the tree: a bounded delay, counted in
+        ``mistaken_holds``).  Liveness: a blocker is a message this node's own
+        delivery waits for, so it arrives; releases cascade in causal order.
+        Safety never depends on holding: causal delivery is the receiver's.
+        """
+        out: list[Output] = []
+        ready: dict[int, list[Packet]] = {}
+        held_now: set[int] = set()
+        ids = tuple(m.id for m in messages)
+        for child, pkt in children:
+            blockers = self._blockers(state, messages[0], child)
+            if not blockers:
+                ready.setdefault(child, []).append(pkt)
+                continue
+            assert isinstance(pkt, PubRound)
+            held = _Held(child, pkt, blockers)
+            by_id = state.held.setdefault(child, {})
+            for mid in ids:
+                by_id[mid] = held
+            for d in blockers:
+                state.waiting.setdefault((child, d), []).append(held)
+            held_now.add(child)
+            self.holds += 1
+            out.append(Held(state.name, child, ids))
+        for child in [c for c in state.held if c not in held_now]:
+            for mid in ids:
+                if (child, mid) in state.waiting:
+                    if child not in ready:
+                        self.mistaken_holds += 1
+                    self._resolve(state, child, mid, ready)
+        for child, pkts in ready.items():
+            out.append(Send(child, pkts[0] if len(pkts) == 1 else Bundle(tuple(pkts))))
+        return out
+
+    def _blockers(self, state: _Topic, first: PubMessage, child: int) -> set[MsgId]:
+        """The predecessors of ``first`` that ``child`` waits for and this node will bring."""
+        if not (self.config.aggregation and state.confirmed):
+            return set()
+        held = state.held.get(child)
+        found: set[MsgId] = set()
+        for d in first.deps:
+            if (held is not None and d in held) or (
+                d.source != self.id
+                and state.last_rx.get((d.source, d.incarnation), -1) < d.seq
+                and d.seq >= state.bounds.get((d.source, d.incarnation), 0)
+                and child in state.tree_kids(self.id, d.source)
+            ):
+                found.add(d)
+        return found
+
+    def _resolve(
+        self, state: _Topic, child: int, mid: MsgId, ready: dict[int, list[Packet]]
+    ) -> None:
+        """``mid`` is settled for ``child``: release what no longer waits, in causal order."""
+        work = [mid]
+        while work:
+            settled = work.pop()
+            for held in state.waiting.pop((child, settled), ()):
+                held.blockers.discard(settled)
+                if held.blockers:
+                    continue
+                ready.setdefault(child, []).append(held.packet)
+                by_id = state.held[child]
+                for m in held.packet.messages:
+                    del by_id[m.id]
+                    work.append(m.id)
+                if not by_id:
+                    del state.held[child]
+
+    def _flush_held(self, state: _Topic) -> list[Output]:
+        """Send everything held on ``state`` at once (this node stops relaying knowledge)."""
+        out: list[Output] = []
+        for child, by_id in state.held.items():
+            pkts = list({id(h): h.packet for h in by_id.values()}.values())
+            out.append(Send(child, pkts[0] if len(pkts) == 1 else Bundle(tuple(pkts))))
+        state.held, state.waiting = {}, {}
         return out
 
     def _forward(
