@@ -104,20 +104,24 @@ def test_every_hold_is_justified_and_released_with_its_blocker(
         sim = _run(ids, pubs, seed, tiv, mode)
         assert sum(getattr(c, "mistaken_holds", 0) for c in sim.nodes.values()) == 0
         past = _causal_past(sim)
-        arrivals: dict[tuple[int, MsgId], float] = {}
+        # (node, message) -> (time the node processed it, position in its link packet)
+        arrivals: dict[tuple[int, MsgId], tuple[float, int]] = {}
         carried: dict[tuple[int, int, MsgId], tuple[MsgId, ...]] = {}
         for t, src, dst, _size, mids in sim.recorder.links:
-            for mid in mids:
-                arrivals.setdefault((dst, mid), t)
+            for pos, mid in enumerate(mids):
+                arrivals.setdefault((dst, mid), (t, pos))
                 assert (src, dst, mid) not in carried  # never twice over one link
                 carried[(src, dst, mid)] = mids
         for t_hold, node, child, held_ids in sim.recorder.holds:
             first = held_ids[0]
             together = carried[(node, child, first)]
+            held_at = arrivals[(node, first)]
+            assert held_at[0] == t_hold
+            # The blocker reached the node after the held publication was handled.
             blockers = [
                 d
                 for d in together
-                if d in past[first] and arrivals.get((node, d), float("inf")) > t_hold
+                if d in past[first] and arrivals.get((node, d), (float("inf"), 0)) > held_at
             ]
             assert blockers, (mode, node, child, first, together)
 

@@ -242,7 +242,7 @@ class Simulation:
         clock = self.clocks[dest]
         done = max(self.now, clock.cpu_free) + self.delays.tpc
         clock.cpu_free = done
-        self.recorder.arrived(dest, packet, sender, self.now)
+        self.recorder.arrived(dest, packet, sender, done)
         core = self.nodes[dest]
         out: list[Output] = []
         for part in packet.parts:

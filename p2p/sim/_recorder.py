@@ -89,7 +89,9 @@ class Recorder:
     held_by_node: Counter[int] = field(default_factory=Counter)
     record_links: bool = False
     links: list[tuple[float, int, int, int, tuple[MsgId, ...]]] = field(default_factory=list)
-    """With ``record_links``: ``(arrival time, src, dst, size, message ids)`` per link packet."""
+    """With ``record_links``: ``(time, src, dst, size, message ids)`` per link packet, in
+    the order the receiver processed them; ``time`` is when the receiver's CPU took
+    the packet (its parts are handled in order at that instant)."""
     pending_max: dict[int, int] = field(default_factory=dict)
     """Largest pending set (received, not delivered) per node, when the core reports it."""
 
