@@ -7,3 +7,27 @@ class P2PError(Exception):
 
 class ScenarioError(P2PError, ValueError):
     """A scenario file is malformed; the message names the line and the reason."""
+
+
+class SecurityError(P2PError):
+    """Root of every security failure: the runtime logs it and closes the connection."""
+
+
+class IdentityError(SecurityError):
+    """A key, certificate or fleet file is missing, corrupt or too widely readable."""
+
+
+class HandshakeError(SecurityError):
+    """A secure-channel handshake failed: malformed, unexpected or unauthenticated."""
+
+
+class AuthenticationError(SecurityError):
+    """A record or certificate failed its cryptographic check (tampered or wrong key)."""
+
+
+class ReplayError(AuthenticationError):
+    """A record arrived with the wrong sequence number: replayed, reordered or after a gap."""
+
+
+class ForgedRecordError(SecurityError):
+    """A discovery record is malformed, unsigned, wrongly signed or from outside the fleet."""

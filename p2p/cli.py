@@ -11,6 +11,7 @@ from pathlib import Path
 
 from causal import PacketLimits
 from p2p._errors import P2PError
+from p2p._identity import add_node, init_fleet, load_node
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
 
@@ -54,7 +55,39 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--messages", type=int, default=256)
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--metrics", type=Path, help="write the VCube-PS METRICS.json here")
+    _add_fleet_parser(sub)
     return parser
+
+
+def _add_fleet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fleet = sub.add_parser("fleet", help="create fleets and member node identities")
+    fsub = fleet.add_subparsers(dest="fleet_command", required=True)
+    init = fsub.add_parser("init", help="create a fleet (signing key, or --psk) in FLEET_DIR")
+    init.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
+    init.add_argument("--psk", action="store_true", help="pre-shared-key fleet (quick start)")
+    init.add_argument("--name", help="fleet name (default: the directory name)")
+    add = fsub.add_parser("add-node", help="create (or re-certify) a member identity in NODE_DIR")
+    add.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
+    add.add_argument("node_dir", type=Path, metavar="NODE_DIR")
+    add.add_argument("--name", help="node name in its certificate (default: the directory name)")
+    show = fsub.add_parser("show", help="print a member node's id (hex) and fleet")
+    show.add_argument("node_dir", type=Path, metavar="NODE_DIR")
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    if args.fleet_command == "init":
+        fleet = init_fleet(args.fleet_dir, psk=args.psk, name=args.name)
+        secret = "fleet.psk" if fleet.mode == "psk" else "fleet.key"
+        print(f"fleet {fleet.name!r} ({fleet.mode} mode) created in {args.fleet_dir}")
+        print(f"keep {args.fleet_dir / secret} secret: it admits new members")
+    elif args.fleet_command == "add-node":
+        identity = add_node(args.fleet_dir, args.node_dir, name=args.name)
+        print(f"node {identity.node_id:016x} in {args.node_dir}")
+    else:
+        identity, fleet = load_node(args.node_dir)
+        name = identity.certificate.name if identity.certificate else "-"
+        print(f"{identity.node_id:016x} {name} fleet={fleet.name} mode={fleet.mode}")
+    return 0
 
 
 def _check_nodes(n: int) -> None:
@@ -222,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sim":
             return cmd_sim(args)
+        if args.command == "fleet":
+            return cmd_fleet(args)
         return cmd_demo(args)
     except P2PError as exc:
         print(f"p2p: error: {exc}", file=sys.stderr)
