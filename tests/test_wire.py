@@ -1,0 +1,417 @@
+"""The wire format (``p2p/_wire.py``): round trips, strict rejection, de-framing, fuzzing.
+
+Round trips are Hypothesis properties over every packet type (sparse 64-bit
+ids, empty and maximal fields, bundles).  Each rule of the schema has a
+focused rejection case built from hand-written CBOR.  The fuzz tests throw
+seeded random bytes and mutations of valid frames at :func:`decode_packets`
+and :class:`FrameReader`: they may only ever raise :class:`WireError`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from itertools import pairwise
+
+import cbor2
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from causal import MsgId
+from p2p._errors import P2PError
+from p2p._wire import (
+    COUNTER_LIMIT,
+    NODE_LIMIT,
+    PROTOCOL_VERSION,
+    FrameReader,
+    WireError,
+    WireLimits,
+    decode_packets,
+    encode_packets,
+    frame,
+)
+from topics import (
+    Ack,
+    Bound,
+    Bundle,
+    Packet,
+    PubMessage,
+    PubRound,
+    PubSubConfig,
+    RoundId,
+    Sub,
+    Uns,
+    ViewEntry,
+)
+
+LIMITS = WireLimits()
+SMALL = WireLimits(
+    max_frame=4096,
+    max_items=400,
+    max_packets=4,
+    max_topic_len=8,
+    max_payload=16,
+    max_round_messages=3,
+    max_round_bytes=20,
+    max_barrier=4,
+    max_view_entries=3,
+    max_dests=3,
+)
+"""Tight limits, so that each can be broken by a small hand-written frame."""
+
+# ---------------------------------------------------------------- strategies
+
+nodes = st.one_of(
+    st.integers(0, 40), st.integers(0, NODE_LIMIT - 1), st.sampled_from([0, NODE_LIMIT - 1])
+)
+counters = st.one_of(
+    st.integers(0, 40), st.integers(0, COUNTER_LIMIT - 1), st.just(COUNTER_LIMIT - 1)
+)
+topics = st.text(min_size=1, max_size=24).filter(lambda t: len(t.encode()) <= 256)
+round_ids = st.builds(RoundId, nodes, counters, counters)
+msg_ids = st.builds(MsgId, nodes, counters, counters)
+ops = st.builds(ViewEntry, nodes, counters, counters, st.booleans())
+dests = st.lists(nodes, max_size=6, unique=True).map(lambda d: tuple(sorted(d)))
+messages = st.builds(
+    PubMessage,
+    msg_ids,
+    st.binary(max_size=80),
+    st.lists(msg_ids, max_size=4).map(tuple),
+    st.lists(msg_ids, max_size=3).map(tuple),
+    st.one_of(st.just(-1), counters),
+)
+packets: st.SearchStrategy[Packet] = st.one_of(
+    st.builds(PubRound, round_ids, topics, st.lists(messages, max_size=4).map(tuple), dests),
+    st.builds(Sub, round_ids, topics, ops),
+    st.builds(Uns, round_ids, topics, ops, dests),
+    st.builds(
+        Ack,
+        round_ids,
+        topics,
+        st.lists(ops, max_size=4).map(tuple),
+        st.lists(st.builds(Bound, nodes, counters, counters), max_size=4).map(tuple),
+    ),
+)
+items = st.one_of(packets, st.lists(packets, min_size=1, max_size=4).map(tuple).map(Bundle))
+
+
+def flatten(seq: list[Packet | Bundle]) -> list[Packet]:
+    return [q for p in seq for q in (p.packets if isinstance(p, Bundle) else (p,))]
+
+
+def pub(payload: bytes = b"x" * 64, deps: tuple[MsgId, ...] = (MsgId(5, 1, 2),)) -> PubRound:
+    msg = PubMessage(MsgId(3, 1, 9), payload, deps, (), 8)
+    return PubRound(RoundId(3, 1, 7), "sensors/temp", (msg,), (4, 6, 9))
+
+
+# ---------------------------------------------------------------- round trips
+
+
+@given(st.lists(items, min_size=1, max_size=5))
+def test_round_trip(seq: list[Packet | Bundle]) -> None:
+    body = encode_packets(seq)
+    assert decode_packets(body, LIMITS) == flatten(seq)
+    assert FrameReader(LIMITS).feed(frame(body)) == [body]
+
+
+@given(packets)
+def test_body_is_the_documented_cbor(packet: Packet) -> None:
+    """A body is plain CBOR any decoder reads: ``[version, [[tag, round, topic, ...]]]``."""
+    version, [raw] = cbor2.loads(encode_packets([packet]))
+    assert version == PROTOCOL_VERSION
+    tag = {"PUB": 0, "SUB": 1, "UNS": 2, "ACK": 3}[packet.kind]
+    r = packet.round
+    assert raw[:3] == [tag, [r.source, r.incarnation, r.number], packet.topic]
+
+
+def test_max_size_fields_round_trip() -> None:
+    """Every field at its default limit (and empty where it may be) passes."""
+    cfg = PubSubConfig()
+    topic = "é" * (cfg.max_topic_len // 2)
+    ids = tuple(MsgId(NODE_LIMIT - 1 - i, COUNTER_LIMIT - 1, i) for i in range(cfg.max_barrier))
+    big = PubMessage(MsgId(NODE_LIMIT - 1, 0, 1), b"\xff" * cfg.max_payload, ids[:10], ids[10:])
+    empty = PubMessage(MsgId(0, 0, 0), b"")
+    rid = RoundId(NODE_LIMIT - 1, COUNTER_LIMIT - 1, COUNTER_LIMIT - 1)
+    route = tuple(range(0, 1 << 64, 1 << 48))
+    seq: list[Packet] = [
+        PubRound(rid, topic, (big, empty), route),
+        PubRound(rid, "t", (), ()),
+        Ack(rid, "t"),
+        Ack(rid, topic, (ViewEntry(1, 2, 3, True),) * cfg.max_view_entries),
+    ]
+    body = encode_packets(seq)
+    assert len(body) <= LIMITS.max_frame
+    assert decode_packets(body, WireLimits.from_config(cfg)) == seq
+
+
+def test_from_config() -> None:
+    cfg = PubSubConfig(max_topic_len=9, max_payload=99, max_barrier=7, max_view_entries=5)
+    lim = WireLimits.from_config(cfg, max_frame=1000)
+    assert (lim.max_frame, lim.max_topic_len, lim.max_payload) == (1000, 9, 99)
+    assert (lim.max_barrier, lim.max_view_entries, lim.max_dests) == (7, 5, 5)
+    assert WireLimits.from_config(PubSubConfig()).max_payload == LIMITS.max_payload
+    with pytest.raises(ValueError, match="max_frame"):
+        WireLimits(max_frame=0)
+    with pytest.raises(ValueError, match="prefix"):
+        WireLimits(max_frame=1 << 32)
+    assert issubclass(WireError, P2PError)
+
+
+# ---------------------------------------------------------------- rejection
+
+ID = [3, 1, 9]
+RID = [3, 1, 7]
+OP = [3, 1, 2, True]
+MSG = [ID, b"ab", [], [], -1]
+
+
+def body(*packets: object, version: object = PROTOCOL_VERSION) -> bytes:
+    return cbor2.dumps([version, list(packets)])
+
+
+def pub_raw(**kw: object) -> list[object]:
+    f: dict[str, object] = {"round": RID, "topic": "t", "messages": [MSG], "dests": [4, 6]}
+    f.update(kw)
+    return [0, f["round"], f["topic"], f["messages"], f["dests"]]
+
+
+def msg_raw(**kw: object) -> list[object]:
+    f: dict[str, object] = {"id": ID, "payload": b"ab", "deps": [], "op_deps": [], "prev": -1}
+    f.update(kw)
+    return [f["id"], f["payload"], f["deps"], f["op_deps"], f["prev"]]
+
+
+def test_hand_written_bodies_are_valid() -> None:
+    """The baselines below are accepted: each rejection case breaks exactly one rule."""
+    ack = [3, RID, "t", [OP], [[1, 2, 3]]]
+    got = decode_packets(body(pub_raw(), [1, RID, "t", OP], [2, RID, "t", OP, []], ack), SMALL)
+    assert [p.kind for p in got] == ["PUB", "SUB", "UNS", "ACK"]
+    assert decode_packets(body(pub_raw(messages=[msg_raw(prev=0)] * 1)), SMALL)[0] == PubRound(
+        RoundId(3, 1, 7), "t", (PubMessage(MsgId(3, 1, 9), b"ab", (), (), 0),), (4, 6)
+    )
+
+
+REJECT: dict[str, tuple[bytes, str]] = {
+    # framing of the body itself
+    "empty body": (b"", "truncated"),
+    "truncated": (body(pub_raw())[:-1], "truncated|exceeds"),
+    "truncated head": (b"\x82\x01\x19\x01", "truncated"),
+    "trailing garbage": (body(pub_raw()) + b"\x00", "trailing"),
+    "not an array": (cbor2.dumps(1), "body"),
+    "body of 3": (cbor2.dumps([1, [pub_raw()], 0]), "body"),
+    "unknown version": (body(pub_raw(), version=2), "version"),
+    "bool version": (body(pub_raw(), version=True), "version"),
+    "no packets": (body(), "without packets"),
+    "too many packets": (body(*[pub_raw()] * 5), "packets"),
+    # CBOR outside the subset
+    "map": (cbor2.dumps([1, [{"k": 1}]]), "map"),
+    "tag": (cbor2.dumps([1, [cbor2.CBORTag(6, 1)]]), "tag"),
+    "bignum tag": (b"\x82\x01\x81\x85\xc2\x41\x00" + body(pub_raw())[4:], "tag"),
+    "float": (cbor2.dumps([1.0, [pub_raw()]]), "float"),
+    "null": (cbor2.dumps([1, [None]]), "simple"),
+    "indefinite array": (b"\x9f\x01\xff", "indefinite"),
+    "indefinite bytes": (b"\x82\x01\x81\x5f\x41\x00\xff", "indefinite"),
+    "non-shortest int": (b"\x82\x18\x01\x80", "shortest"),
+    "non-shortest length": (b"\x82\x01\x98\x01" + cbor2.dumps(pub_raw()), "shortest"),
+    "length beyond body": (b"\x82\x01\x9a\x00\x01\x00\x00\x00", "exceeds"),
+    "string beyond body": (b"\x82\x01\x5a\xff\xff\xff\xff", "exceeds"),
+    "too deep": (cbor2.dumps([1, [pub_raw(messages=[msg_raw(deps=[[[1]]])])]]), "deeper"),
+    "invalid utf-8": (
+        b"\x82\x01\x81\x84\x01\x83\x03\x01\x07\x61\xff" + cbor2.dumps(OP),
+        "undecodable",
+    ),
+    "too many items": (body(pub_raw(dests=list(range(500)))), "max_items"),
+    # packet shapes
+    "empty packet": (body([]), "empty"),
+    "unknown type tag": (body([9, RID, "t"]), "unknown type"),
+    "bool type tag": (body([True, RID, "t", OP]), "type tag"),
+    "packet too short": (body([1, RID, "t"]), "SUB"),
+    "packet too long": (body([1, RID, "t", OP, 0]), "SUB"),
+    "packet not an array": (body(b"ab"), "packet"),
+    # integers
+    "bool for int": (body(pub_raw(round=[3, True, 7])), "round.incarnation"),
+    "negative node id": (body(pub_raw(round=[-3, 1, 7])), "round.source"),
+    "node id over 64 bits": (body(pub_raw(dests=[NODE_LIMIT])), "tag"),  # a bignum
+    "negative dest": (body(pub_raw(dests=[-1, 4])), "dests"),
+    "counter at 2**63": (body(pub_raw(round=[3, 1, COUNTER_LIMIT])), "round.number"),
+    "negative counter": (body(pub_raw(messages=[msg_raw(id=[3, -1, 9])])), "incarnation"),
+    "prev below -1": (body(pub_raw(messages=[msg_raw(prev=-2)])), "prev"),
+    "string for int": (body(pub_raw(round=[3, "1", 7])), "round.incarnation"),
+    "int for bool": (body([1, RID, "t", [3, 1, 2, 1]]), "subscribed"),
+    # strings and sizes
+    "bytes topic": (body(pub_raw(topic=b"t")), "topic"),
+    "empty topic": (body(pub_raw(topic="")), "topic"),
+    "topic too long (utf-8 bytes)": (body(pub_raw(topic="ééééé")), "max_topic_len"),
+    "text payload": (body(pub_raw(messages=[msg_raw(payload="ab")])), "payload"),
+    "payload too large": (body(pub_raw(messages=[msg_raw(payload=b"x" * 17)])), "max_payload"),
+    "too many messages": (body(pub_raw(messages=[msg_raw()] * 4)), "PUB.messages"),
+    "round too many bytes": (body(pub_raw(messages=[msg_raw(payload=b"x" * 11)] * 2)), "round"),
+    "barrier too large": (
+        body(pub_raw(messages=[msg_raw(deps=[ID] * 3, op_deps=[ID] * 2)])),
+        "max_barrier",
+    ),
+    "msg id of 2": (body(pub_raw(messages=[msg_raw(deps=[[3, 1]])])), "deps"),
+    "message of 4": (body(pub_raw(messages=[msg_raw()[:4]])), "message"),
+    "view too large": (body([3, RID, "t", [OP] * 4, []]), "ACK.view"),
+    "bounds too large": (body([3, RID, "t", [], [[1, 2, 3]] * 4]), "ACK.bounds"),
+    "bound of 4": (body([3, RID, "t", [], [[1, 2, 3, 4]]]), "bounds"),
+    # routes
+    "unsorted dests": (body(pub_raw(dests=[6, 4])), "increasing"),
+    "duplicate dests": (body([2, RID, "t", OP, [4, 4]]), "increasing"),
+    "too many dests": (body(pub_raw(dests=[1, 2, 3, 4])), "dests"),
+    "dests not an array": (body(pub_raw(dests=4)), "dests"),
+}
+
+
+@pytest.mark.parametrize(("raw", "match"), REJECT.values(), ids=REJECT.keys())
+def test_decode_rejects(raw: bytes, match: str) -> None:
+    with pytest.raises(WireError, match=match):
+        decode_packets(raw, SMALL)
+
+
+def test_decode_rejects_oversize_body() -> None:
+    raw = body(pub_raw())
+    with pytest.raises(WireError, match="max_frame"):
+        decode_packets(raw, WireLimits(max_frame=len(raw) - 1))
+
+
+# ---------------------------------------------------------------- framing
+
+
+@given(
+    st.lists(st.lists(packets, min_size=1, max_size=3), min_size=1, max_size=4),
+    st.lists(st.integers(0, 2000), max_size=12),
+)
+def test_reader_reassembles_split_frames(batches: list[list[Packet]], cuts: list[int]) -> None:
+    bodies = [encode_packets(b) for b in batches]
+    stream = b"".join(frame(b) for b in bodies)
+    points = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    reader = FrameReader(LIMITS)
+    got: list[bytes] = []
+    for a, b in pairwise(points):
+        got.extend(reader.feed(stream[a:b]))
+    assert got == bodies
+    assert reader.buffered == 0
+    assert [decode_packets(b, LIMITS) for b in got] == batches
+
+
+def test_reader_byte_by_byte() -> None:
+    bodies = [encode_packets([pub()]), encode_packets([pub(b"")])]
+    reader = FrameReader(LIMITS)
+    got = [f for byte in b"".join(map(frame, bodies)) for f in reader.feed(bytes([byte]))]
+    assert got == bodies
+
+
+def test_reader_rejects_oversize_length_before_buffering() -> None:
+    reader = FrameReader(WireLimits(max_frame=1000))
+    assert reader.feed(b"\x00\x00") == []
+    with pytest.raises(WireError, match="max_frame"):
+        reader.feed(b"\x03\xe9" + b"x" * 500)  # length 1001, then data that is never kept
+    assert reader.buffered == 0
+    with pytest.raises(WireError):  # stays failed
+        reader.feed(frame(b"\x00"))
+    huge = FrameReader(LIMITS)
+    with pytest.raises(WireError, match="4294967295"):
+        huge.feed(b"\xff\xff\xff\xff")
+    assert huge.buffered == 0
+
+
+def test_reader_rejects_empty_frame_and_keeps_frames_before_error() -> None:
+    reader = FrameReader(LIMITS)
+    with pytest.raises(WireError, match="outside"):
+        reader.feed(b"\x00\x00\x00\x00")
+    ok = frame(b"\x01\x02")
+    reader = FrameReader(LIMITS)
+    assert reader.feed(ok + ok[:3]) == [b"\x01\x02"]
+    assert reader.buffered == 3
+    assert reader.feed(ok[3:] + ok) == [b"\x01\x02", b"\x01\x02"]
+
+
+def test_frame_prefix() -> None:
+    assert frame(b"abc") == b"\x00\x00\x00\x03abc"
+
+
+# ---------------------------------------------------------------- fuzzing
+
+FUZZ_LIMITS = WireLimits(max_frame=1 << 16)
+
+
+def seeds() -> list[bytes]:
+    """Valid frames of every packet type, the material the mutations start from."""
+    rid = RoundId(7, 2, 5)
+    op = ViewEntry(9, 1, 4, True)
+    sample: list[list[Packet | Bundle]] = [
+        [pub()],
+        [pub(b"", (MsgId(1 << 63, 3, 1 << 40), MsgId(2, 0, 0)))],
+        [Sub(rid, "a/b", op), Uns(rid, "ü", op, (1, 1 << 60))],
+        [Ack(rid, "t", (op, ViewEntry(1, 0, 0, False)), (Bound(1, 2, 3),))],
+        [Bundle((pub(), Ack(rid, "t"))), Sub(rid, "z", op)],
+    ]
+    return [frame(encode_packets(s)) for s in sample]
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.randrange(6)
+        i = rng.randrange(len(b) + 1)
+        if kind == 0 and b:  # bit flip
+            j = rng.randrange(len(b))
+            b[j] ^= 1 << rng.randrange(8)
+        elif kind == 1:  # truncation
+            del b[i:]
+        elif kind == 2:  # insertion
+            b[i:i] = rng.randbytes(rng.randint(1, 4))
+        elif kind == 3 and b:  # duplication of a slice
+            j = rng.randrange(len(b))
+            b[i:i] = b[j : j + rng.randint(1, 16)]
+        elif kind == 4 and b:  # deletion of a slice
+            del b[i : i + rng.randint(1, 8)]
+        elif b:  # overwrite a byte with an interesting CBOR head
+            b[rng.randrange(len(b))] = rng.choice([0x1B, 0x3B, 0x5F, 0x9F, 0xBF, 0xC2, 0xF6, 0xFB])
+    return bytes(b)
+
+
+def only_wire_errors(data: bytes) -> int:
+    """Throw ``data`` at the body decoder and at a stream reader; count accepted bodies."""
+    accepted = 0
+    for candidate in (data, data[4:]):
+        try:
+            decode_packets(candidate, FUZZ_LIMITS)
+            accepted += 1
+        except WireError:
+            pass
+    reader = FrameReader(FUZZ_LIMITS)
+    try:
+        for i in range(0, len(data), 7):
+            for b in reader.feed(data[i : i + 7]):
+                decode_packets(b, FUZZ_LIMITS)
+    except WireError:
+        pass
+    return accepted
+
+
+def fuzz(count: int, make: Callable[[random.Random], bytes]) -> int:
+    rng = random.Random(0x5EED)
+    return sum(only_wire_errors(make(rng)) for _ in range(count))
+
+
+def test_fuzz_random_bytes() -> None:
+    prefix = [b"", b"\x82\x01", b"\x82\x01\x81", b"\x82\x01\x81\x85\x00"]
+
+    def make(rng: random.Random) -> bytes:
+        return rng.choice(prefix) + rng.randbytes(rng.randint(0, 64))
+
+    fuzz(10_000, make)
+
+
+def test_fuzz_mutated_frames() -> None:
+    valid = seeds()
+    accepted = fuzz(10_000, lambda rng: mutate(rng, rng.choice(valid)))
+    assert accepted > 0  # some mutations (e.g. of a payload byte) stay valid
+
+
+@given(st.binary(max_size=200))
+def test_fuzz_hypothesis_bytes(data: bytes) -> None:
+    only_wire_errors(data)
