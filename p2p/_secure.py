@@ -58,7 +58,7 @@ import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import cbor2
 from cryptography.exceptions import InvalidSignature, InvalidTag
@@ -164,12 +164,12 @@ class SecureSession:
         self._peer_certificate: Certificate | None = None
 
     @classmethod
-    def initiator(cls, identity: NodeIdentity, fleet: Fleet) -> SecureSession:
+    def initiator(cls, identity: NodeIdentity, fleet: Fleet) -> Self:
         """The side that dialled: its :meth:`start` yields the first message."""
         return cls(identity, fleet, initiator=True)
 
     @classmethod
-    def responder(cls, identity: NodeIdentity, fleet: Fleet) -> SecureSession:
+    def responder(cls, identity: NodeIdentity, fleet: Fleet) -> Self:
         """The side that accepted: it speaks after the first message arrives."""
         return cls(identity, fleet, initiator=False)
 
