@@ -9,6 +9,7 @@ and :class:`FrameReader`: they may only ever raise :class:`WireError`.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable
 from itertools import pairwise
@@ -39,11 +40,14 @@ from topics import (
     PubMessage,
     PubRound,
     PubSubConfig,
+    Received,
     RoundId,
     Sub,
     Uns,
+    VCubePS,
     ViewEntry,
 )
+from vcube import Hypercube
 
 LIMITS = WireLimits()
 SMALL = WireLimits(
@@ -156,6 +160,23 @@ def test_from_config() -> None:
     with pytest.raises(ValueError, match="prefix"):
         WireLimits(max_frame=1 << 32)
     assert issubclass(WireError, P2PError)
+
+
+def test_a_frame_at_every_limit_is_accepted_by_the_core() -> None:
+    """What passes :func:`decode_packets` does not trip the core's own size checks."""
+    cfg = PubSubConfig(
+        max_topic_len=8, max_payload=16, max_round_messages=3, max_round_bytes=48, max_barrier=4
+    )
+    deps = (MsgId(2, 0, 1),) * 2
+    msgs = tuple(PubMessage(MsgId(0, 0, s), b"x" * 16, deps, deps, s - 1) for s in range(3))
+    [packet] = decode_packets(
+        encode_packets([PubRound(RoundId(0, 0, 1), "é" * 4, msgs, ())]),
+        WireLimits.from_config(cfg),
+    )
+    core = VCubePS(1, overlay=Hypercube([0, 1, 2, 3]), config=cfg)
+    assert [o.id for o in core.receive(0, packet, 0.0) if isinstance(o, Received)] == [
+        m.id for m in msgs
+    ]
 
 
 # ---------------------------------------------------------------- rejection
@@ -378,10 +399,12 @@ def only_wire_errors(data: bytes) -> int:
     accepted = 0
     for candidate in (data, data[4:]):
         try:
-            decode_packets(candidate, FUZZ_LIMITS)
-            accepted += 1
+            decoded = decode_packets(candidate, FUZZ_LIMITS)
         except WireError:
-            pass
+            continue
+        accepted += 1
+        # strictness: an accepted body is the one canonical encoding of its packets
+        assert encode_packets(decoded) == candidate
     reader = FrameReader(FUZZ_LIMITS)
     try:
         for i in range(0, len(data), 7):
@@ -410,6 +433,40 @@ def test_fuzz_mutated_frames() -> None:
     valid = seeds()
     accepted = fuzz(10_000, lambda rng: mutate(rng, rng.choice(valid)))
     assert accepted > 0  # some mutations (e.g. of a payload byte) stay valid
+
+
+ODD_VALUES: list[object] = [
+    True, False, 0, -1, -2, 1, COUNTER_LIMIT, NODE_LIMIT - 1, -NODE_LIMIT, b"", b"x" * 20,
+    "", "t", "é" * 9, [], [0], [[]], [1, 2, 3], [3, 1, 2, True], [-1] * 5,
+]  # fmt: skip
+
+
+def mutate_tree(rng: random.Random, data: bytes) -> bytes:
+    """Replace, drop or duplicate one element somewhere in the decoded body, re-encode it."""
+    tree = cbor2.loads(data[4:])
+    for _ in range(rng.randint(1, 3)):
+        node = tree
+        while True:  # walk down to a random array
+            kids = [k for k in node if isinstance(k, list)]
+            if not kids or rng.random() < 0.3:
+                break
+            node = rng.choice(kids)
+        i = rng.randrange(len(node) + 1)
+        op = rng.randrange(3)
+        if op == 0 and i < len(node):
+            node[i] = copy.deepcopy(rng.choice(ODD_VALUES))
+        elif op == 1 and i < len(node):
+            del node[i]
+        else:
+            pick = rng.choice(node) if node and rng.random() < 0.5 else rng.choice(ODD_VALUES)
+            node.insert(i, copy.deepcopy(pick))
+    return cbor2.dumps(tree)
+
+
+def test_fuzz_mutated_trees() -> None:
+    """Well-formed CBOR of the wrong shape: this reaches the schema checks, not the scanner."""
+    valid = seeds()
+    fuzz(10_000, lambda rng: b"\x00\x00\x00\x00" + mutate_tree(rng, rng.choice(valid)))
 
 
 @given(st.binary(max_size=200))
