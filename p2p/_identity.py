@@ -435,7 +435,7 @@ def load_fleet_authority(fleet_dir: Path | str) -> FleetAuthority:
 def init_fleet(fleet_dir: Path | str, *, psk: bool = False, name: str | None = None) -> Fleet:
     """Create a new fleet in ``fleet_dir``; refuse to overwrite an existing one."""
     fleet_dir = Path(fleet_dir)
-    name = name or fleet_dir.resolve().name or "fleet"
+    name = name or fleet_dir.resolve().name[:MAX_NAME] or "fleet"
     _check_name(name)
     if (fleet_dir / FLEET_FILE).exists():
         raise IdentityError(f"{fleet_dir}: already holds a fleet; refusing to overwrite it")
@@ -474,7 +474,7 @@ def add_node(
     """
     authority = load_fleet_authority(fleet_dir)
     node_dir = Path(node_dir)
-    name = name or node_dir.resolve().name or "node"
+    name = name or node_dir.resolve().name[:MAX_NAME] or "node"
     _check_name(name)
     if (node_dir / FLEET_FILE).exists():
         current = load_fleet(node_dir)

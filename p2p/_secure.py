@@ -9,7 +9,7 @@ message and every record is one *message*; the transport frames them (e.g. a
 
 Example (two sessions in one process)::
 
-    >>> from p2p._identity import FleetAuthority, Fleet, NodeIdentity
+    >>> from p2p._identity import Fleet, NodeIdentity  # or: identity, fleet = load_node(DIR)
     >>> fleet = Fleet("psk", "demo", psk=bytes(32))
     >>> alice, bob = NodeIdentity.generate(), NodeIdentity.generate()
     >>> a = SecureSession.initiator(alice, fleet)
@@ -20,6 +20,9 @@ Example (two sessions in one process)::
     >>> _, done = b.receive_handshake(msg3)          # done is True
     >>> b.open(a.seal(b"hello")), a.peer_id == bob.node_id
     (b'hello', True)
+    >>> ad = sign_record(alice, {"host": "10.0.0.5", "port": 7400}, fleet)
+    >>> verify_record(fleet, ad).node_id == alice.node_id    # check before dialling
+    True
 
 Handshake (three messages, CBOR arrays; ``H`` = SHA-256, ``||`` = concatenation)::
 
@@ -89,6 +92,10 @@ __all__ = [
     "MAX_HANDSHAKE_SIZE",
     "MAX_PLAINTEXT",
     "MAX_RECORD_SIZE",
+    "Finish",
+    "Hello",
+    "Proof",
+    "Reply",
     "SecureSession",
     "VerifiedRecord",
     "sign_record",
@@ -131,6 +138,96 @@ def _kdf(shared: bytes, salt: bytes, label: bytes, th: bytes, length: int = 32) 
 def _hs_context(role: bytes, th: bytes, public_key: bytes, cert: bytes | None) -> bytes:
     """What a handshake signature covers: role, transcript, and the identity it claims."""
     return b"p2p-hs-v1 " + role + b"\x00" + th + _h(public_key, cert or b"")
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def _fields(data: bytes, kind: int, sizes: tuple[int | None, ...]) -> list[bytes]:
+    """The byte-string fields of handshake message ``kind``, each of its exact size if given."""
+    obj = decode_cbor(data, max_size=MAX_HANDSHAKE_SIZE, what="handshake", error=HandshakeError)
+    if not (isinstance(obj, list) and len(obj) == 2 + len(sizes) and obj[:2] == [_VERSION, kind]):
+        raise HandshakeError(f"expected handshake message {kind} (version {_VERSION})")
+    fields = obj[2:]
+    for value, size in zip(fields, sizes, strict=True):
+        if not isinstance(value, bytes) or (size is not None and len(value) != size):
+            raise HandshakeError(f"handshake message {kind}: malformed field")
+    return fields
+
+
+@dataclass(frozen=True)
+class Hello:
+    """msg1, initiator to responder: the fleet it wants, and its ephemeral X25519 key."""
+
+    fleet_id: bytes
+    ephemeral: bytes
+
+    def encode(self) -> bytes:
+        return cbor2.dumps([_VERSION, _HELLO, self.fleet_id, self.ephemeral])
+
+    @classmethod
+    def decode(cls, data: bytes) -> Hello:
+        fleet_id, ephemeral = _fields(data, _HELLO, (16, 32))
+        return cls(fleet_id, ephemeral)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """msg2, responder to initiator: its ephemeral key and its sealed :class:`Proof`."""
+
+    ephemeral: bytes
+    sealed: bytes
+
+    def encode(self) -> bytes:
+        return cbor2.dumps([_VERSION, _REPLY, self.ephemeral, self.sealed])
+
+    @classmethod
+    def decode(cls, data: bytes) -> Reply:
+        ephemeral, sealed = _fields(data, _REPLY, (32, None))
+        return cls(ephemeral, sealed)
+
+
+@dataclass(frozen=True)
+class Finish:
+    """msg3, initiator to responder: its sealed :class:`Proof`."""
+
+    sealed: bytes
+
+    def encode(self) -> bytes:
+        return cbor2.dumps([_VERSION, _FINISH, self.sealed])
+
+    @classmethod
+    def decode(cls, data: bytes) -> Finish:
+        (sealed,) = _fields(data, _FINISH, (None,))
+        return cls(sealed)
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The sealed part of msg2/msg3: who I am, why I am a member, and that I hold the key."""
+
+    public_key: bytes
+    certificate: bytes | None
+    signature: bytes
+
+    def encode(self) -> bytes:
+        return cbor2.dumps([self.public_key, self.certificate, self.signature])
+
+    @classmethod
+    def decode(cls, data: bytes) -> Proof:
+        obj = decode_cbor(data, max_size=MAX_HANDSHAKE_SIZE, what="proof", error=HandshakeError)
+        ok = (
+            isinstance(obj, list)
+            and len(obj) == 3
+            and isinstance(obj[0], bytes)
+            and len(obj[0]) == 32
+            and (obj[1] is None or isinstance(obj[1], bytes))
+            and isinstance(obj[2], bytes)
+            and len(obj[2]) == 64
+        )
+        if not ok:
+            raise HandshakeError("malformed identity proof")
+        return cls(obj[0], obj[1], obj[2])
 
 
 # --------------------------------------------------------------------------- session
@@ -205,7 +302,7 @@ class SecureSession:
         if not self._initiator:
             self._state = _State.WAIT_HELLO
             return b""
-        msg1 = cbor2.dumps([_VERSION, _HELLO, self._fleet.fleet_id, self._e_pub])
+        msg1 = Hello(self._fleet.fleet_id, self._e_pub).encode()
         self._transcript = msg1
         self._state = _State.WAIT_REPLY
         return msg1
@@ -226,106 +323,83 @@ class SecureSession:
 
     def _on_hello(self, msg1: bytes) -> bytes:
         """Responder: check msg1, answer with msg2 (our encrypted, signed identity)."""
-        fields = self._decode(msg1, _HELLO, 4)
-        fleet_id, e_i = fields[2], fields[3]
-        if not (isinstance(fleet_id, bytes) and len(fleet_id) == 16):
-            raise HandshakeError("msg1: malformed fleet id")
-        if not hmac.compare_digest(fleet_id, self._fleet.fleet_id):
+        hello = Hello.decode(msg1)
+        if not hmac.compare_digest(hello.fleet_id, self._fleet.fleet_id):
             raise HandshakeError("peer belongs to another fleet (or has another psk)")
-        self._shared = self._exchange(e_i)
-        self._transcript = msg1
+        self._shared = self._exchange(hello.ephemeral)
         th2 = _h(msg1, self._e_pub)
-        k_r = _kdf(self._shared, self._salt, b"hs r", th2)
-        payload = self._own_payload(b"responder", th2)
-        sealed = ChaCha20Poly1305(k_r).encrypt(_ZERO_NONCE, payload, th2)
-        msg2 = cbor2.dumps([_VERSION, _REPLY, self._e_pub, sealed])
-        self._transcript += msg2
+        sealed = self._seal_proof(b"hs r", b"responder", th2)
+        msg2 = Reply(self._e_pub, sealed).encode()
+        self._transcript = msg1 + msg2
         self._state = _State.WAIT_FINISH
         return msg2
 
     def _on_reply(self, msg2: bytes) -> bytes:
         """Initiator: authenticate the responder from msg2, answer with msg3, go live."""
-        fields = self._decode(msg2, _REPLY, 4)
-        e_r, sealed = fields[2], fields[3]
-        self._shared = self._exchange(e_r)
-        th2 = _h(self._transcript, e_r)
-        k_r = _kdf(self._shared, self._salt, b"hs r", th2)
-        self._accept_peer(self._unseal_payload(k_r, sealed, th2), b"responder", th2)
+        reply = Reply.decode(msg2)
+        self._shared = self._exchange(reply.ephemeral)
+        th2 = _h(self._transcript, reply.ephemeral)
+        self._accept_peer(reply.sealed, b"hs r", b"responder", th2)
         self._transcript += msg2
         th3 = _h(self._transcript)
-        k_i = _kdf(self._shared, self._salt, b"hs i", th3)
-        payload = self._own_payload(b"initiator", th3)
-        msg3 = cbor2.dumps(
-            [_VERSION, _FINISH, ChaCha20Poly1305(k_i).encrypt(_ZERO_NONCE, payload, th3)]
-        )
+        msg3 = Finish(self._seal_proof(b"hs i", b"initiator", th3)).encode()
         self._transcript += msg3
         self._establish()
         return msg3
 
     def _on_finish(self, msg3: bytes) -> None:
         """Responder: authenticate the initiator from msg3, go live."""
-        fields = self._decode(msg3, _FINISH, 3)
-        th3 = _h(self._transcript)
-        k_i = _kdf(self._shared, self._salt, b"hs i", th3)
-        self._accept_peer(self._unseal_payload(k_i, fields[2], th3), b"initiator", th3)
+        finish = Finish.decode(msg3)
+        self._accept_peer(finish.sealed, b"hs i", b"initiator", _h(self._transcript))
         self._transcript += msg3
         self._establish()
 
-    def _decode(self, data: bytes, kind: int, length: int) -> list[Any]:
-        """A handshake message as a list of ``length`` fields of type ``kind``."""
-        obj = decode_cbor(data, max_size=MAX_HANDSHAKE_SIZE, what="handshake", error=HandshakeError)
-        if not (isinstance(obj, list) and len(obj) == length and obj[:2] == [_VERSION, kind]):
-            raise HandshakeError(f"expected handshake message {kind} (version {_VERSION})")
-        return obj
-
-    def _exchange(self, peer_ephemeral: object) -> bytes:
+    def _exchange(self, peer_ephemeral: bytes) -> bytes:
         """X25519 with the peer's ephemeral key; low-order points are rejected."""
-        if not (isinstance(peer_ephemeral, bytes) and len(peer_ephemeral) == 32):
-            raise HandshakeError("malformed ephemeral key")
         try:
             return self._ephemeral.exchange(X25519PublicKey.from_public_bytes(peer_ephemeral))
         except ValueError:
             raise HandshakeError("invalid ephemeral key") from None
 
-    def _own_payload(self, role: bytes, th: bytes) -> bytes:
+    def _own_proof(self, role: bytes, th: bytes) -> bytes:
+        """Our :class:`Proof` for transcript hash ``th`` (overridable by fuzz tests)."""
         cert = self._identity.certificate.encode() if self._identity.certificate else None
         pk = self._identity.public_key
-        return cbor2.dumps([pk, cert, self._identity.sign(_hs_context(role, th, pk, cert))])
+        return Proof(pk, cert, self._identity.sign(_hs_context(role, th, pk, cert))).encode()
 
-    def _unseal_payload(self, key: bytes, sealed: object, th: bytes) -> list[Any]:
-        """Decrypt a peer payload: failure means a tampered message or another fleet's psk."""
-        if not isinstance(sealed, bytes):
-            raise HandshakeError("malformed encrypted payload")
+    def _seal_proof(self, label: bytes, role: bytes, th: bytes) -> bytes:
+        key = _kdf(self._shared, self._salt, label, th)
+        return ChaCha20Poly1305(key).encrypt(_ZERO_NONCE, self._own_proof(role, th), th)
+
+    def _accept_peer(self, sealed: bytes, label: bytes, role: bytes, th: bytes) -> None:
+        """Check the peer is a fleet member holding its identity key; remember it.
+
+        A decryption failure means a tampered message or a peer without our psk.
+        """
+        key = _kdf(self._shared, self._salt, label, th)
         try:
             plain = ChaCha20Poly1305(key).decrypt(_ZERO_NONCE, sealed, th)
         except InvalidTag:
             raise HandshakeError(
                 "handshake payload failed authentication (tampered, or not our fleet)"
             ) from None
-        obj = decode_cbor(plain, max_size=MAX_HANDSHAKE_SIZE, what="payload", error=HandshakeError)
-        if not (isinstance(obj, list) and len(obj) == 3):
-            raise HandshakeError("malformed handshake payload")
-        return obj
-
-    def _accept_peer(self, payload: list[Any], role: bytes, th: bytes) -> None:
-        """Check the peer is a fleet member and holds its identity key; remember it."""
-        pk, cert_bytes, sig = payload
-        key = ed25519_public(pk, HandshakeError, "peer identity")
-        if not (isinstance(sig, bytes) and len(sig) == 64):
-            raise HandshakeError("malformed peer signature")
-        cert = self._check_membership(pk, cert_bytes)
+        proof = Proof.decode(plain)
+        public = ed25519_public(proof.public_key, HandshakeError, "peer identity")
+        cert = self._check_membership(proof.public_key, proof.certificate)
         try:
-            key.verify(sig, _hs_context(role, th, pk, cert_bytes))
+            public.verify(
+                proof.signature, _hs_context(role, th, proof.public_key, proof.certificate)
+            )
         except InvalidSignature:
             raise HandshakeError("peer signature over the handshake does not verify") from None
-        self._peer_public_key, self._peer_certificate = pk, cert
+        self._peer_public_key, self._peer_certificate = proof.public_key, cert
 
-    def _check_membership(self, pk: bytes, cert_bytes: object) -> Certificate | None:
+    def _check_membership(self, pk: bytes, cert_bytes: bytes | None) -> Certificate | None:
         if self._fleet.mode == "psk":
             if cert_bytes is not None:
                 raise HandshakeError("unexpected certificate in a psk fleet")
             return None  # the psk in the key schedule already proved membership
-        if not isinstance(cert_bytes, bytes):
+        if cert_bytes is None:
             raise HandshakeError("peer sent no certificate")
         cert = Certificate.decode(cert_bytes, HandshakeError)
         verify_certificate(self._fleet, cert, HandshakeError)

@@ -435,7 +435,7 @@ class _EvilSession(SecureSession):
 
     payload = b""
 
-    def _own_payload(self, role: bytes, th: bytes) -> bytes:
+    def _own_proof(self, role: bytes, th: bytes) -> bytes:
         return self.payload
 
 
