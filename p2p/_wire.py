@@ -8,38 +8,29 @@ shortest form.  No maps, tags, floats, ``null``/``undefined``, other simple
 values, indefinite lengths or trailing bytes.  Packets are compact arrays
 whose first element is a type tag.
 
-=============  =========================================================  ================
-Item           CBOR array                                                 Checks
-=============  =========================================================  ================
-body           ``[version, [packet, ...]]``                               version == 1;
-                                                                          1..max_packets
-PUB packet     ``[0, round, topic, [message, ...], dests]``               <= max_round_
-                                                                          messages, payload
-                                                                          sum <= max_round_
-                                                                          bytes (unless 1)
-SUB packet     ``[1, round, topic, op]``
-UNS packet     ``[2, round, topic, op, dests]``
-ACK packet     ``[3, round, topic, [op, ...], [bound, ...]]``             each list <=
-                                                                          max_view_entries
-round          ``[source: node, incarnation: ctr, number: ctr]``          ``RoundId``
-op             ``[node: node, incarnation: ctr, rc: ctr, subscribed]``    ``ViewEntry``;
-                                                                          subscribed: bool
-bound          ``[node: node, incarnation: ctr, first_owned: ctr]``       ``Bound``
-message        ``[id, payload, [id, ...], [id, ...], prev]``              ``PubMessage``:
-                                                                          payload bytes <=
-                                                                          max_payload; deps
-                                                                          + op_deps <=
-                                                                          max_barrier;
-                                                                          prev: -1 or ctr
-id             ``[source: node, incarnation: ctr, seq: ctr]``             ``causal.MsgId``
-topic          text string                                                1..max_topic_len
-                                                                          UTF-8 bytes
-dests          ``[node, ...]``                                            strictly
-                                                                          increasing,
-                                                                          <= max_dests
-node           unsigned integer                                           < 2**64
-ctr            unsigned integer                                           < 2**63
-=============  =========================================================  ================
+=======  ====================================================  ==============================
+Item     CBOR                                                  Checks
+=======  ====================================================  ==============================
+body     ``[version, [packet, ...]]``                          version == 1; 1..max_packets
+PUB      ``[0, round, topic, [message, ...], dests]``          <= max_round_messages; payload
+                                                               sum <= max_round_bytes (when
+                                                               more than one message)
+SUB      ``[1, round, topic, op]``
+UNS      ``[2, round, topic, op, dests]``
+ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_entries
+round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
+op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
+bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
+message  ``[id, payload: bytes, [id, ...], [id, ...], prev]``  ``PubMessage``: payload <=
+                                                               max_payload; deps + op_deps <=
+                                                               max_barrier; prev: -1 or ctr
+id       ``[source: node, incarnation: ctr, seq: ctr]``        ``causal.MsgId``
+topic    text string                                           1..max_topic_len UTF-8 bytes
+dests    ``[node, ...]``                                       strictly increasing; <=
+                                                               max_dests
+node     unsigned integer                                      < 2**64
+ctr      unsigned integer                                      < 2**63
+=======  ====================================================  ==============================
 
 A :class:`~topics.Bundle` is link-level only: :func:`encode_packets` flattens
 it into its packets, in order, and the receiver hands them to its core one by
