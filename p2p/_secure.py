@@ -1,6 +1,8 @@
 """A sans-IO secure channel between two fleet members, and signed discovery records.
 
-No sockets, no trio, no clocks: the caller moves bytes.  Every handshake
+No sockets, no trio, no clocks in the channel: the caller moves bytes (only
+:func:`sign_record`/:func:`verify_record` read the wall clock, and only when
+not given a time).  Every handshake
 message and every record is one *message*; the transport frames them (e.g. a
 4-byte length prefix) and must not pass more than :data:`MAX_HANDSHAKE_SIZE` /
 :data:`MAX_RECORD_SIZE` bytes.  Any failure raises a
