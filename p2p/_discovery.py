@@ -146,6 +146,7 @@ class Discovery:
         def on_change(zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
             # zeroconf's thread: hand the name to trio, nothing else.
             removed = state_change.name == "Removed"
+            log.debug("mDNS %s %s", state_change.name, name)
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(self._offer, name, removed)
 

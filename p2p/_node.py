@@ -1,0 +1,552 @@
+"""The trio runtime: one VCube-PS node on real TCP, mDNS and the fleet's secure channel.
+
+The runtime is thin: every protocol decision is the sans-IO core's
+(:class:`topics.VCubePS`).  This module moves bytes and keeps four promises:
+
+* **Every connection is authenticated and every frame sealed** (``p2p._secure``);
+  each frame body is checked by ``p2p._wire`` before a packet reaches the core.
+  A peer that breaks the handshake, a seal, the wire schema or the protocol
+  gets a log line naming it and its connection closed; nothing else changes
+  (the core rejects a bad packet before changing state).
+* **Connections follow need**: a node dials a peer only when the core sends to
+  it, i.e. its O(log N) tree neighbours, re-dialling with capped backoff.
+  Each direction uses the connection its sender dialled.
+* **Link coalescing without timers**: each peer has an outbox; whatever queues
+  while the previous frame is being written leaves together in the next frame.
+* **Bounded memory**: an outbox holds at most ``outbox_limit`` packets and a
+  subscription at most ``delivery_buffer`` deliveries; overflow is counted and
+  logged (``Node.stats``), never silent.
+
+What it does not do yet (issue 5): retransmit what a broken connection lost,
+or repair trees around crashed nodes.  A packet lost with a connection is
+counted in ``stats["lost_on_disconnect"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from causal import MsgId
+from p2p._discovery import SERVICE_TYPE, Discovery, Peer
+from p2p._errors import P2PError, SecurityError
+from p2p._identity import Fleet, NodeIdentity, load_node
+from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
+from p2p._wire import FrameReader, WireError, WireLimits, decode_packets, encode_packets, frame
+from topics import (
+    Bundle,
+    Delivered,
+    Dropped,
+    Output,
+    Packet,
+    Published,
+    PubSubConfig,
+    RemoteProtocolError,
+    RoundAcked,
+    Send,
+    Subscribed,
+    VCubePS,
+)
+from vcube import Hypercube
+
+log = logging.getLogger("p2p.node")
+
+
+class NodeError(P2PError):
+    """A local misuse of a :class:`Node` (for example using it after close)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """Runtime settings; every limit on outside input has a default."""
+
+    interface: str = "127.0.0.1"
+    port: int = 0
+    discovery: bool = True
+    service_type: str = SERVICE_TYPE
+    pubsub: PubSubConfig = field(default_factory=PubSubConfig)
+    max_frame: int = MAX_PLAINTEXT
+    outbox_limit: int = 100_000
+    delivery_buffer: int = 10_000
+    handshake_timeout: float = 10.0
+    drain_timeout: float = 2.0
+    max_backoff: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A publication handed to the application, in causal order per topic."""
+
+    topic: str
+    source: int
+    incarnation: int
+    seq: int
+    payload: bytes
+    own: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipEvent:
+    """``kind`` is ``joined`` or ``left``."""
+
+    kind: str
+    node: int
+
+
+class Subscription:
+    """Async iterator of :class:`Delivery` for one topic."""
+
+    def __init__(self, topic: str, receive: trio.MemoryReceiveChannel[Delivery]) -> None:
+        self.topic = topic
+        self._receive = receive
+        self.dropped = 0
+        """Deliveries lost because the application did not read fast enough."""
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self._receive.__aiter__()
+
+    async def receive(self) -> Delivery:
+        return await self._receive.receive()
+
+
+TraceHook = Callable[[str, str, int | None, int | None], None]
+"""``(event, topic, source, seq)`` for the trace writer of ``p2p node``."""
+
+
+class _Link:
+    """The outbox and writer of one peer (sending direction only)."""
+
+    def __init__(self, node: Node, peer_id: int) -> None:
+        self.node = node
+        self.peer_id = peer_id
+        self.outbox: deque[Packet] = deque()
+        self.wake = trio.Event()
+
+    def put(self, packets: list[Packet]) -> None:
+        """Queue ``packets``; beyond the limit they are counted and logged, not kept."""
+        room = self.node.config.outbox_limit - len(self.outbox)
+        if len(packets) > room:
+            lost = len(packets) - max(room, 0)
+            self.node.stats["outbox_overflow"] += lost
+            log.error("outbox to %016x full: %d packets not queued", self.peer_id, lost)
+            packets = packets[: max(room, 0)]
+        self.outbox.extend(packets)
+        self.wake.set()
+
+    async def run(self) -> None:
+        """Dial when there is something to send; write frames; re-dial with backoff."""
+        backoff = 0.05
+        while True:
+            await self._wait_for_work()
+            peer = self.node.peers.get(self.peer_id)
+            if peer is None:  # no address yet: discovery will call wake
+                self.wake = trio.Event()
+                await self.wake.wait()
+                continue
+            try:
+                stream, session = await self.node.dial(peer)
+            except (OSError, SecurityError, WireError, trio.TooSlowError) as exc:
+                log.warning(
+                    "cannot reach %016x at %s:%d: %s", peer.node_id, peer.host, peer.port, exc
+                )
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.node.config.max_backoff)
+                continue
+            backoff = 0.05
+            try:
+                await self._pump(stream, session)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.warning("connection to %016x lost: %s", self.peer_id, exc)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+
+    async def _wait_for_work(self) -> None:
+        while not self.outbox:
+            self.wake = trio.Event()
+            await self.wake.wait()
+
+    async def _pump(self, stream: trio.SocketStream, session: SecureSession) -> None:
+        """Write everything queued, one frame per batch that fits ``max_frame``."""
+        while True:
+            await self._wait_for_work()
+            batch = self._take()
+            if not batch:
+                continue
+            sealed = session.seal(encode_packets(batch))
+            try:
+                await stream.send_all(frame(sealed))
+            except BaseException:
+                self.node.stats["lost_on_disconnect"] += len(batch)
+                raise
+            self.node.stats["frames_sent"] += 1
+            self.node.stats["packets_sent"] += len(batch)
+
+    def _take(self) -> list[Packet]:
+        """The longest prefix of the outbox whose encoding fits one frame."""
+        limit = self.node.config.max_frame - 64  # room for the seal's counter and tag
+        batch: list[Packet] = []
+        size = 0
+        while self.outbox:
+            nxt = self.outbox[0]
+            cost = len(encode_packets([nxt]))
+            if cost > limit:
+                self.outbox.popleft()
+                self.node.stats["oversize_dropped"] += 1
+                log.error("packet of %d bytes exceeds max_frame; dropped", cost)
+                continue
+            if batch and size + cost > limit:
+                break
+            batch.append(self.outbox.popleft())
+            size += cost
+        return batch
+
+
+class Node:
+    """One VCube-PS node on the network.  Create it with :func:`open_node`."""
+
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        fleet: Fleet,
+        config: NodeConfig,
+        trace: TraceHook | None = None,
+    ) -> None:
+        self.identity = identity
+        self.fleet = fleet
+        self.config = config
+        self.id = identity.node_id
+        self.port = 0
+        self.core = VCubePS(self.id, overlay=Hypercube([self.id]), config=config.pubsub)
+        self.peers: dict[int, Peer] = {}
+        self.stats: dict[str, int] = dict.fromkeys(
+            (
+                "frames_sent",
+                "packets_sent",
+                "frames_received",
+                "packets_received",
+                "rejected_connections",
+                "outbox_overflow",
+                "oversize_dropped",
+                "lost_on_disconnect",
+                "undeliverable",
+            ),
+            0,
+        )
+        self._trace = trace
+        self._links: dict[int, _Link] = {}
+        self._subs: dict[str, tuple[trio.MemorySendChannel[Delivery], Subscription]] = {}
+        self._subscribed: dict[str, trio.Event] = {}
+        self._acked: dict[MsgId, trio.Event] = {}
+        self._watchers: list[trio.MemorySendChannel[MembershipEvent]] = []
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+        self._version = 0
+        self._limits = WireLimits.from_config(config.pubsub, max_frame=config.max_frame)
+
+    def __repr__(self) -> str:
+        return f"Node({self.id:016x}, port={self.port}, members={len(self.peers) + 1})"
+
+    # ------------------------------------------------------------ public API
+
+    def members(self) -> frozenset[int]:
+        """The overlay members this node knows (itself included)."""
+        return frozenset(self.peers) | {self.id}
+
+    async def subscribe(self, topic: str) -> Subscription:
+        """Join ``topic``; returns once the subscription's ACK wave has come back."""
+        self._check_open()
+        send, receive = trio.open_memory_channel[Delivery](self.config.delivery_buffer)
+        done = trio.Event()
+        out = self.core.subscribe(topic, trio.current_time())  # raises on misuse
+        sub = Subscription(topic, receive)
+        self._subs[topic] = (send, sub)
+        self._subscribed[topic] = done
+        self._trace_event("subscribe", topic, None, None)
+        self._handle(out)
+        await done.wait()
+        return sub
+
+    async def unsubscribe(self, topic: str) -> None:
+        """Leave ``topic``; its subscription iterator ends."""
+        self._check_open()
+        out = self.core.unsubscribe(topic, trio.current_time())
+        send, _ = self._subs.pop(topic)
+        await send.aclose()
+        self._trace_event("unsubscribe", topic, None, None)
+        self._handle(out)
+
+    async def publish(self, topic: str, payload: bytes, *, wait_acked: bool = False) -> MsgId:
+        """Publish on ``topic`` (subscribe first).  Returns once accepted or, with
+        ``wait_acked``, once every current subscriber has it (the ACK wave)."""
+        self._check_open()
+        out = self.core.publish(topic, payload, trio.current_time())
+        mid = next(o.id for o in out if isinstance(o, Published))
+        acked: trio.Event | None = None
+        if wait_acked:
+            acked = self._acked[mid] = trio.Event()
+        self._handle(out)
+        if acked is not None:
+            await acked.wait()
+        return mid
+
+    @asynccontextmanager
+    async def membership(self) -> AsyncIterator[trio.MemoryReceiveChannel[MembershipEvent]]:
+        """``async with node.membership() as events: async for ev in events: ...``"""
+        send, receive = trio.open_memory_channel[MembershipEvent](1024)
+        self._watchers.append(send)
+        try:
+            yield receive
+        finally:
+            self._watchers.remove(send)
+
+    def add_peer(self, peer: Peer) -> None:
+        """A verified peer appeared (discovery or a static seed): it joins the overlay."""
+        if peer.node_id == self.id:
+            return
+        known = peer.node_id in self.peers
+        self.peers[peer.node_id] = peer
+        link = self._links.get(peer.node_id)
+        if link is not None:
+            link.wake.set()
+        if not known:
+            self._membership_changed(MembershipEvent("joined", peer.node_id))
+
+    def remove_peer(self, node_id: int) -> None:
+        """A peer left: the overlay no longer routes through it."""
+        if self.peers.pop(node_id, None) is not None:
+            self._membership_changed(MembershipEvent("left", node_id))
+
+    # -------------------------------------------------------------- plumbing
+
+    def _check_open(self) -> None:
+        if self._closed or self._nursery is None:
+            raise NodeError("the node is closed (use it inside `async with open_node(...)`)")
+
+    def _membership_changed(self, event: MembershipEvent) -> None:
+        self._version += 1
+        self.core.set_overlay(Hypercube(self.members(), version=self._version))
+        log.info("%s %016x (%d members)", event.kind, event.node, len(self.peers) + 1)
+        for w in list(self._watchers):
+            try:
+                w.send_nowait(event)
+            except trio.WouldBlock:
+                log.error("membership watcher too slow: dropped %s", event)
+
+    def _handle(self, outputs: list[Output]) -> None:
+        """Carry out a core's outputs (synchronously: the core stays single-threaded)."""
+        for o in outputs:
+            if isinstance(o, Send):
+                packets = list(o.packet.packets) if isinstance(o.packet, Bundle) else [o.packet]
+                self._link(o.dest).put(packets)
+            elif isinstance(o, Delivered):
+                self._deliver(o)
+            elif isinstance(o, Subscribed):
+                self._trace_event("subscribed", o.topic, None, None)
+                ev = self._subscribed.pop(o.topic, None)
+                if ev is not None:
+                    ev.set()
+            elif isinstance(o, RoundAcked):
+                for mid in o.ids:
+                    acked = self._acked.pop(mid, None)
+                    if acked is not None:
+                        acked.set()
+            elif isinstance(o, Published):
+                self._trace_event("publish", o.topic, o.id.source, o.id.seq)
+            elif isinstance(o, Dropped):
+                log.warning("%d publications on %r dropped: %s", o.count, o.topic, o.reason)
+
+    def _deliver(self, d: Delivered) -> None:
+        self._trace_event("deliver", d.topic, d.id.source, d.id.seq)
+        entry = self._subs.get(d.topic)
+        if entry is None:
+            return
+        send, sub = entry
+        item = Delivery(d.topic, d.id.source, d.id.incarnation, d.id.seq, d.payload, d.own)
+        try:
+            send.send_nowait(item)
+        except trio.WouldBlock:
+            sub.dropped += 1
+            log.error("subscription %r is not being read: delivery dropped", d.topic)
+
+    def _trace_event(self, event: str, topic: str, source: int | None, seq: int | None) -> None:
+        if self._trace is not None:
+            self._trace(event, topic, source, seq)
+
+    def _link(self, dest: int) -> _Link:
+        link = self._links.get(dest)
+        if link is None:
+            link = self._links[dest] = _Link(self, dest)
+            assert self._nursery is not None
+            self._nursery.start_soon(link.run)
+        return link
+
+    # ------------------------------------------------------------- network
+
+    def verify(self, record: bytes) -> Peer:
+        """Check a discovery record (fleet membership and signature) before dialling."""
+        vr = verify_record(self.fleet, record)
+        return Peer(vr.node_id, vr.host, vr.port, record)
+
+    async def dial(self, peer: Peer) -> tuple[trio.SocketStream, SecureSession]:
+        """Connect and authenticate; the peer must prove the id discovery announced."""
+        with trio.fail_after(self.config.handshake_timeout):
+            stream = await trio.open_tcp_stream(peer.host, peer.port)
+            try:
+                session = SecureSession.initiator(self.identity, self.fleet)
+                await stream.send_all(frame(session.start()))
+                await _Messages(stream, MAX_HANDSHAKE_SIZE).handshake(session)
+                if session.peer_id != peer.node_id:
+                    raise SecurityError(
+                        f"dialled {peer.node_id:016x} but {session.peer_id:016x} answered"
+                    )
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+                raise
+        return stream, session
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """One accepted connection: authenticate, then feed its frames to the core."""
+        peer = "unauthenticated peer"
+        try:
+            with trio.fail_after(self.config.handshake_timeout):
+                session = SecureSession.responder(self.identity, self.fleet)
+                session.start()  # the responder speaks second: nothing to send yet
+                messages = _Messages(stream, self.config.max_frame + 64)
+                await messages.handshake(session)
+            peer = f"{session.peer_id:016x}"
+            await self._read_frames(messages, session)
+        except (SecurityError, WireError, RemoteProtocolError, trio.TooSlowError) as exc:
+            self.stats["rejected_connections"] += 1
+            log.warning("closing connection from %s: %s", peer, exc)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
+        """Decode, check and hand every packet to the core, in arrival order."""
+        while (record := await messages.next()) is not None:
+            packets = decode_packets(session.open(record), self._limits)
+            self.stats["frames_received"] += 1
+            for packet in packets:
+                self.stats["packets_received"] += 1
+                self._handle(self.core.receive(session.peer_id, packet, trio.current_time()))
+
+    async def _discover(self, discovery: Discovery) -> None:
+        async for event in discovery.events():
+            if event.kind == "up":
+                self.add_peer(event.peer)
+            else:
+                self.remove_peer(event.peer.node_id)
+
+    async def _drain(self) -> None:
+        """Give queued packets ``drain_timeout`` to leave; report what stays behind."""
+        with trio.move_on_after(self.config.drain_timeout):
+            while any(link.outbox for link in self._links.values()):
+                await trio.sleep(0.01)
+        left = sum(len(link.outbox) for link in self._links.values())
+        if left:
+            log.warning("closing with %d packets still queued (dropped)", left)
+            self.stats["lost_on_disconnect"] += left
+
+
+class _Messages:
+    """Length-prefixed messages from a stream, one at a time (extras wait their turn).
+
+    The handshake and the data phase share it, so records that arrive in the
+    same read as the last handshake message are kept, not rejected.
+    """
+
+    def __init__(self, stream: trio.SocketStream, max_frame: int) -> None:
+        self.stream = stream
+        self.reader = FrameReader(WireLimits(max_frame=max_frame))
+        self.ready: deque[bytes] = deque()
+
+    async def next(self, limit: int | None = None) -> bytes | None:
+        """The next message, or ``None`` at end of stream; ``limit`` bounds its size."""
+        while not self.ready:
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.ready.extend(self.reader.feed(data))
+        msg = self.ready.popleft()
+        if limit is not None and len(msg) > limit:
+            raise SecurityError(f"handshake message of {len(msg)} bytes exceeds {limit}")
+        return msg
+
+    async def handshake(self, session: SecureSession) -> None:
+        """Run ``session``'s handshake to completion over the stream."""
+        while not session.established:
+            msg = await self.next(MAX_HANDSHAKE_SIZE)
+            if msg is None:
+                raise EOFError("connection closed during the handshake")
+            out, _ = session.receive_handshake(msg)
+            if out:
+                await self.stream.send_all(frame(out))
+
+
+@asynccontextmanager
+async def open_node(
+    node_dir: str | Path | tuple[NodeIdentity, Fleet],
+    config: NodeConfig | None = None,
+    *,
+    trace: TraceHook | None = None,
+) -> AsyncIterator[Node]:
+    """Run a node for the duration of the ``async with`` block.
+
+    ``node_dir`` is a directory made by ``p2p fleet add-node`` (or an
+    ``(identity, fleet)`` pair).  The node listens on ``config.interface``,
+    announces itself by mDNS there, and dials peers as the protocol needs them.
+    """
+    cfg = config or NodeConfig()
+    identity, fleet = node_dir if isinstance(node_dir, tuple) else load_node(node_dir)
+    node = Node(identity, fleet, cfg, trace)
+    async with trio.open_nursery() as nursery:
+        listeners: list[Any] = await nursery.start(
+            partial(trio.serve_tcp, node.serve, cfg.port, host=cfg.interface)
+        )
+        node.port = listeners[0].socket.getsockname()[1]
+        node._nursery = nursery
+        try:
+            if cfg.discovery:
+                record = sign_record(identity, {"host": cfg.interface, "port": node.port}, fleet)
+                discovery = Discovery(
+                    interface=cfg.interface,
+                    node_id=node.id,
+                    port=node.port,
+                    record=record,
+                    verify=node.verify,
+                    service_type=cfg.service_type,
+                )
+                async with discovery:
+                    nursery.start_soon(node._discover, discovery)
+                    yield node
+                    await node._drain()
+            else:
+                yield node
+                await node._drain()
+        finally:
+            node._closed = True
+            nursery.cancel_scope.cancel()
+
+
+__all__ = [
+    "Delivery",
+    "MembershipEvent",
+    "Node",
+    "NodeConfig",
+    "NodeError",
+    "Subscription",
+    "open_node",
+]
