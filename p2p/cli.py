@@ -12,6 +12,8 @@ from pathlib import Path
 from causal import PacketLimits
 from p2p._errors import P2PError
 from p2p._identity import add_node, init_fleet, load_node
+from p2p._nodecli import add_parser as add_node_parser
+from p2p._nodecli import cmd_node
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
 
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--metrics", type=Path, help="write the VCube-PS METRICS.json here")
     _add_fleet_parser(sub)
+    add_node_parser(sub)
     return parser
 
 
@@ -257,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sim(args)
         if args.command == "fleet":
             return cmd_fleet(args)
+        if args.command == "node":
+            return cmd_node(args)
         return cmd_demo(args)
     except P2PError as exc:
         print(f"p2p: error: {exc}", file=sys.stderr)
