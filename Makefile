@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint bench reproduce clean
+.PHONY: demo sim-demo test test-fast lint bench reproduce clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## demo: set up, then simulate the embedded default fleet (64 nodes) and print a summary
+## demo: set up, then run a local LAN-chat fleet (5 real nodes, TCP + mDNS on 127.0.0.1)
 demo: $(STAMP)
+	$(BIN)/python -m edge_examples.chat --demo
+
+## sim-demo: simulate the embedded default fleet (64 nodes) and print a summary
+sim-demo: $(STAMP)
 	$(BIN)/p2p demo
 
 ## lint: ruff and mypy --strict

@@ -106,6 +106,12 @@ class Discovery:
         self.port = port
         self.record = record
         self.verify = verify
+        label = service_type.split(".")[0].lstrip("_")
+        if not service_type.endswith("._tcp.local.") or not 0 < len(label) <= 15:
+            raise DiscoveryError(
+                f"service type {service_type!r} must look like _name._tcp.local. "
+                "with a name of at most 15 bytes"
+            )
         self.service_type = service_type
         self.name = f"{node_id:016x}.{service_type}"
         self._zc: Any = None
@@ -119,7 +125,7 @@ class Discovery:
         self._token = trio.lowlevel.current_trio_token()
         try:
             await trio.to_thread.run_sync(self._start)
-        except OSError as exc:
+        except Exception as exc:  # zeroconf raises its own types; callers get ours
             raise DiscoveryError(f"cannot start mDNS on {self.interface}: {exc}") from exc
         return self
 

@@ -113,3 +113,17 @@ def test_node_of_another_fleet_is_refused(tmp_path: Path) -> None:
             assert a.members() == {a.id}
 
     trio.run(main)
+
+
+def test_chat_demo_runs_and_checks_itself() -> None:
+    """The README's first quick-start command (what `make demo` runs)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_examples.chat", "--demo", "--nodes", "4", "--messages", "3"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "causal order / FIFO / exactly-once: no violations" in proc.stdout
+    assert "deliveries per node: [12, 12, 12, 12]" in proc.stdout
