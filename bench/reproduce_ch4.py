@@ -41,22 +41,19 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench._common import ROOT, execute, fmt, machine, mean, powers
 from p2p.sim import DelayModel, Simulation
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "ch4.json"
 QUICK_OUT = ROOT / "bench" / "results" / "ch4-quick.json"
 TOPIC = "t"
@@ -210,10 +207,6 @@ def _ibin(value: int, bins: Sequence[tuple[str, int, int]]) -> int:
     return len(bins) - 1
 
 
-def _mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values) if values else 0.0
-
-
 def run_task(task: Task) -> dict[str, Any]:
     started = time.perf_counter()
     sim = Simulation(
@@ -244,8 +237,8 @@ def run_task(task: Task) -> dict[str, Any]:
     pend_bins = [0] * len(PENDING_BINS)
     for p in pend:
         pend_bins[_ibin(p, PENDING_BINS)] += 1
-    reception_mean = _mean(rec.reception)
-    delivery_mean = _mean(rec.delivery)
+    reception_mean = mean(rec.reception)
+    delivery_mean = mean(rec.delivery)
     metrics: dict[str, Any] = {
         "packets": frames,
         "packets_arrived": arrived,
@@ -261,7 +254,7 @@ def run_task(task: Task) -> dict[str, Any]:
         "packets_gt1400": sum(1 for s in rec.frame_sizes if s > 1400),
         "deps_hist": {str(k): v for k, v in sorted(Counter(deps).items())},
         "deps_bins": deps_bins,
-        "deps_mean": _mean([float(d) for d in deps]),
+        "deps_mean": mean([float(d) for d in deps]),
         "deps_max": max(deps, default=0),
         "publications": len(deps),
         "receptions": len(rec.reception),
@@ -272,7 +265,7 @@ def run_task(task: Task) -> dict[str, Any]:
         "holding_mean": delivery_mean - reception_mean,
         "held_back": sum(rec.held_by_node.values()),
         "pending_bins": pend_bins,
-        "pending_max_mean": _mean([float(p) for p in pend]),
+        "pending_max_mean": mean([float(p) for p in pend]),
         "pending_max_max": max(pend, default=0),
         "end_time": sim.now,
         "last_start": max(rec.publish_time.values(), default=0.0),
@@ -281,14 +274,6 @@ def run_task(task: Task) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ planning
-
-
-def _powers(lo: int, hi: int) -> list[int]:
-    out, n = [], lo
-    while n <= hi:
-        out.append(n)
-        n *= 2
-    return out
 
 
 def seeds_for(n: int, k: int) -> int:
@@ -301,7 +286,7 @@ def seeds_for(n: int, k: int) -> int:
 def plan(args: argparse.Namespace) -> list[Task]:
     tasks: list[Task] = []
     if "main" in args.only:
-        for n in _powers(args.min_nodes, args.max_nodes):
+        for n in powers(args.min_nodes, args.max_nodes):
             for seed in range(
                 1 + args.seed_offset, seeds_for(n, args.seeds) + 1 + args.seed_offset
             ):
@@ -316,33 +301,6 @@ def plan(args: argparse.Namespace) -> list[Task]:
                         Task("sweep", n, mode, seed, start, window) for mode in args.sweep_modes
                     )
     return tasks
-
-
-def execute(tasks: list[Task], jobs: int) -> list[dict[str, Any]]:
-    """Run ``tasks`` on ``jobs`` processes, longest first; progress on stderr."""
-    ordered = sorted(tasks, key=lambda t: -t.cost())
-    started = time.perf_counter()
-    results: list[dict[str, Any]] = []
-
-    def report(res: dict[str, Any], task: Task) -> None:
-        results.append(res)
-        print(
-            f"[{time.perf_counter() - started:7.1f} s] {len(results):4d}/{len(tasks)} "
-            f"{task.label()}: {res['wall_s']:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    print(f"{len(tasks)} runs on {jobs} process(es)", file=sys.stderr, flush=True)
-    if jobs <= 1:
-        for task in ordered:
-            report(run_task(task), task)
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures: dict[Future[dict[str, Any]], Task] = {pool.submit(run_task, t): t for t in ordered}
-        for fut in as_completed(futures):
-            report(fut.result(), futures[fut])
-    return results
 
 
 # --------------------------------------------------------------- aggregation
@@ -405,10 +363,6 @@ class Points:
 # ----------------------------------------------------------------- reporting
 
 
-def _f(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def _red(off: dict[str, Any], agg: dict[str, Any]) -> float:
     return 100.0 * (1.0 - float(agg["packets"]) / float(off["packets"]))
 
@@ -437,8 +391,8 @@ def table_4_1(pts: Points, start: str, window: float) -> str:
         ok = "-" if th is None else ("yes" if abs(rc - th[2]) <= 3.0 else f"no ({rc - th[2]:+.1f})")
         lines.append(
             f"| {n} | {off['packets']:.0f} | {ca['packets']:.0f} | {on['packets']:.0f} "
-            f"| {rc:.2f} | {ro:.2f} | {_f(th[2] if th else None, 2)} | {ca['pct_multi']:.2f} "
-            f"| {on['pct_multi']:.2f} | {_f(th[3] if th else None, 2)} | {ok} "
+            f"| {rc:.2f} | {ro:.2f} | {fmt(th[2] if th else None, 2)} | {ca['pct_multi']:.2f} "
+            f"| {on['pct_multi']:.2f} | {fmt(th[3] if th else None, 2)} | {ok} "
             f"| {off['seeds']:.0f} |"
         )
     return "\n".join(lines)
@@ -651,25 +605,6 @@ def report(results: list[dict[str, Any]], start: str, window: float) -> str:
     return "\n\n".join(s for s in out if s)
 
 
-def _machine() -> dict[str, Any]:
-    def git(*cmd: str) -> str:
-        try:
-            return subprocess.run(
-                ["git", *cmd], cwd=ROOT, capture_output=True, text=True, check=False
-            ).stdout
-        except OSError:
-            return ""
-
-    dirty = git("status", "--short", "--", "p2p", "topics", "causal", "vcube").split("\n")
-    return {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "git_head": git("rev-parse", "--short", "HEAD").strip() or None,
-        "uncommitted_core_files": [line.strip() for line in dirty if line.strip()],
-    }
-
-
 # ----------------------------------------------------------------------- CLI
 
 
@@ -747,9 +682,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 1 or args.min_nodes < 2 or args.max_nodes < args.min_nodes:
         print("need --seeds >= 1 and 2 <= --min-nodes <= --max-nodes", file=sys.stderr)
         return 2
-    machine = _machine()  # before running: the code the runs import is this one
+    host = machine()  # before running: the code the runs import is this one
     started = time.perf_counter()
-    results = execute(plan(args), args.jobs)
+    results = execute(plan(args), args.jobs, run_task)
     wall = time.perf_counter() - started
     doc: dict[str, Any] = {
         "command": "python -m bench.reproduce_ch4 "
@@ -772,7 +707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "payload_bytes": len(PAYLOAD),
             "protocol": "causal-broadcast",
         },
-        "machine": machine,
+        "machine": host,
         "wall_s": wall,
         "thesis": THESIS,
         "points": aggregate(results),

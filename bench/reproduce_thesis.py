@@ -52,24 +52,21 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench._common import ROOT, execute, fmt, machine, mean, powers
 from p2p.sim import DelayModel, Simulation
 from p2p.sim._frames import Frame
 from topics import Delivered, Event, Received, SRPTNode
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "bench" / "results" / "thesis.json"
 QUICK_OUT = ROOT / "bench" / "results" / "thesis-quick.json"
 TOPIC = "thesis"
@@ -290,10 +287,6 @@ def _new_sim(task: Task, cls: type[Simulation] = Simulation) -> Simulation:
     return sim
 
 
-def _mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values) if values else 0.0
-
-
 def _srpt_root(sim: Simulation) -> int | None:
     core = next(iter(sim.nodes.values()))
     return core.root(TOPIC) if isinstance(core, SRPTNode) else None
@@ -321,9 +314,9 @@ def run_single(task: Task) -> dict[str, Any]:
         "srpt_root_is_subscriber": None if root is None else root in subs,
         "receptions": len(rec.reception),
         "deliveries": len(rec.delivery),
-        "reception_mean": _mean(rec.reception),
+        "reception_mean": mean(rec.reception),
         "reception_max": max(rec.reception, default=0.0),
-        "delivery_mean": _mean(rec.delivery),
+        "delivery_mean": mean(rec.delivery),
         "pub_packets": rec.packets.get("PUB", 0),
         "ack_packets": rec.packets.get("ACK", 0),
         "false_positives": rec.false_positives,
@@ -356,7 +349,7 @@ def run_several(task: Task) -> dict[str, Any]:
     sim.run()
     rec = sim.recorder
     end = sim.now
-    enqueue_mean = {n: _mean([float(x) for x in rec.queue_samples.get(n, [])]) for n in sim.ids}
+    enqueue_mean = {n: mean([float(x) for x in rec.queue_samples.get(n, [])]) for n in sim.ids}
     time_avg = {n: sim.sojourn.get(n, 0.0) / end for n in sim.ids}
     bins_enqueue = [0] * len(QUEUE_BINS)
     bins_time = [0] * len(QUEUE_BINS)
@@ -368,7 +361,7 @@ def run_several(task: Task) -> dict[str, Any]:
         # including the packet just enqueued; a node that sent at most one packet
         # (an SRPT leaf sending its own publication to the root) counts as 0.
         samples = rec.queue_samples.get(n, [])
-        incl = _mean([x + 1.0 for x in samples]) if len(samples) > 1 else 0.0
+        incl = mean([x + 1.0 for x in samples]) if len(samples) > 1 else 0.0
         bins_incl[_bin_queue(incl)] += 1
     busiest = max(sim.ids, key=lambda n: (rec.sent_by_node[n], -n))
     root = _srpt_root(sim)
@@ -379,9 +372,9 @@ def run_several(task: Task) -> dict[str, Any]:
         "expected_receptions": count * (task.n - 1),
         "receptions": len(rec.reception),
         "deliveries": len(rec.delivery),
-        "reception_mean": _mean(rec.reception),
+        "reception_mean": mean(rec.reception),
         "reception_p99": sorted(rec.reception)[int(0.99 * (len(rec.reception) - 1))],
-        "delivery_mean": _mean(rec.delivery),
+        "delivery_mean": mean(rec.delivery),
         "pub_packets": rec.packets.get("PUB", 0),
         "ack_packets": rec.packets.get("ACK", 0),
         "false_positives": rec.false_positives,
@@ -389,13 +382,13 @@ def run_several(task: Task) -> dict[str, Any]:
         "queue_bins_enqueue": bins_enqueue,
         "queue_bins_time_avg": bins_time,
         "queue_bins_incl": bins_incl,
-        "queue_enqueue_mean_of_nodes": _mean(list(enqueue_mean.values())),
+        "queue_enqueue_mean_of_nodes": mean(list(enqueue_mean.values())),
         "queue_enqueue_max_node_mean": max(enqueue_mean.values()),
         "queue_max_sample": max((max(v) for v in rec.queue_samples.values() if v), default=0),
         "hub_node": hub,
         "hub_is_srpt_root": root is not None,
         "hub_packets_sent": rec.sent_by_node[hub],
-        "hub_queue_mean": _mean(hub_samples),
+        "hub_queue_mean": mean(hub_samples),
         "hub_queue_stdev": statistics.pstdev(hub_samples) if hub_samples else 0.0,
         "hub_queue_time_avg": time_avg[hub],
     }
@@ -452,7 +445,7 @@ def run_order(task: Task) -> dict[str, Any]:
         "receptions": recs,
         "unmatched_receptions": len(received),
         "barrier_bins": bins,
-        "barrier_mean": _mean([float(x) for x in sizes]),
+        "barrier_mean": mean([float(x) for x in sizes]),
         "barrier_max": max(sizes, default=0),
         "pct_eq1": pct(lambda x: x == 1, sizes, pubs),
         "pct_lt5": pct(lambda x: x < 5, sizes, pubs),
@@ -462,9 +455,9 @@ def run_order(task: Task) -> dict[str, Any]:
         "pct_delay_lt10": pct(lambda x: x < 10, holdback, recs),
         "count_delay_gt50": sum(1 for x in holdback if x > 50),
         "max_delay": max(holdback, default=0.0),
-        "mean_delay": _mean(holdback),
-        "reception_mean": _mean(rec.reception),
-        "delivery_mean": _mean(rec.delivery),
+        "mean_delay": mean(holdback),
+        "reception_mean": mean(rec.reception),
+        "delivery_mean": mean(rec.delivery),
         "end_time": sim.now,
     }
 
@@ -485,26 +478,18 @@ def run_task(task: Task) -> dict[str, Any]:
 # ------------------------------------------------------------------ planning
 
 
-def _powers(lo: int, hi: int) -> list[int]:
-    out, n = [], lo
-    while n <= hi:
-        out.append(n)
-        n *= 2
-    return out
-
-
 def plan(args: argparse.Namespace) -> list[Task]:
     """Every run of the invocation, in no particular order."""
     k = args.seeds
     only = set(args.only)
     tasks: list[Task] = []
     if "single" in only:
-        for n in _powers(args.min_nodes, args.max_nodes):
+        for n in powers(args.min_nodes, args.max_nodes):
             for pct in (25, 100):
                 for seed in range(1, k + 1):
                     tasks.extend(Task("single", n, proto, seed, pct=pct) for proto in PROTOCOLS)
     if "several" in only:
-        sizes = _powers(args.min_nodes, min(args.max_nodes, args.exp2_max_nodes))
+        sizes = powers(args.min_nodes, min(args.max_nodes, args.exp2_max_nodes))
         for n in sizes if not args.what_if_only else []:
             seeds = k if n <= 512 else (math.ceil(k / 2) if n <= 1024 else 1)
             for pct in (25, 100):
@@ -545,33 +530,6 @@ def plan(args: argparse.Namespace) -> list[Task]:
                         )
                     )
     return tasks
-
-
-def execute(tasks: list[Task], jobs: int) -> list[dict[str, Any]]:
-    """Run ``tasks`` on ``jobs`` processes, longest first; progress on stderr."""
-    ordered = sorted(tasks, key=lambda t: -t.cost())
-    started = time.perf_counter()
-    results: list[dict[str, Any]] = []
-
-    def report(res: dict[str, Any], task: Task) -> None:
-        results.append(res)
-        print(
-            f"[{time.perf_counter() - started:7.1f} s] {len(results):4d}/{len(tasks)} "
-            f"{task.label()}: {res['wall_s']:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    print(f"{len(tasks)} runs on {jobs} process(es)", file=sys.stderr, flush=True)
-    if jobs <= 1:
-        for task in ordered:
-            report(run_task(task), task)
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures: dict[Future[dict[str, Any]], Task] = {pool.submit(run_task, t): t for t in ordered}
-        for fut in as_completed(futures):
-            report(fut.result(), futures[fut])
-    return results
 
 
 # --------------------------------------------------------------- aggregation
@@ -626,10 +584,6 @@ def _find(points: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
 # ----------------------------------------------------------------- reporting
 
 
-def _f(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def table_single(points: list[dict[str, Any]]) -> str:
     lines = [
         "### §5.6.2 single publisher (Fig. 5.6): mean reception latency (u.t.) and PUB packets",
@@ -645,10 +599,10 @@ def table_single(points: list[dict[str, Any]]) -> str:
             if vc is None or sr is None:
                 continue
             lines.append(
-                f"| {n} | {pct}% | {_f(vc['reception_mean'])} | {_f(sr['reception_mean'])} "
-                f"| {sr['reception_mean'] / vc['reception_mean']:.2f} | {_f(vc['pub_packets'])} "
-                f"| {_f(sr['pub_packets'])} | {sr['pub_packets'] / vc['pub_packets']:.2f} "
-                f"| {_f(sr['false_positives'])} | {vc['seeds']:.0f} |"
+                f"| {n} | {pct}% | {fmt(vc['reception_mean'])} | {fmt(sr['reception_mean'])} "
+                f"| {sr['reception_mean'] / vc['reception_mean']:.2f} | {fmt(vc['pub_packets'])} "
+                f"| {fmt(sr['pub_packets'])} | {sr['pub_packets'] / vc['pub_packets']:.2f} "
+                f"| {fmt(sr['false_positives'])} | {vc['seeds']:.0f} |"
             )
     lines.append("")
     lines.append(
@@ -677,9 +631,9 @@ def table_several(points: list[dict[str, Any]]) -> str:
             if pct == 100 and low is not None:
                 growth = f"{vc['reception_mean'] / low['reception_mean'] - 1:+.1%}"
             lines.append(
-                f"| {n} | {pct}% | {_f(vc['reception_mean'])} | {_f(sr['reception_mean'])} "
+                f"| {n} | {pct}% | {fmt(vc['reception_mean'])} | {fmt(sr['reception_mean'])} "
                 f"| {sr['reception_mean'] / vc['reception_mean']:.2f} "
-                f"| {_f(sr['reception_mean'] - vc['reception_mean'])} | {growth} "
+                f"| {fmt(sr['reception_mean'] - vc['reception_mean'])} | {growth} "
                 f"| {vc['seeds']:.0f} | {vc['wall_s_max']:.0f}+{sr['wall_s_max']:.0f} |"
             )
     lines.append("")
@@ -715,12 +669,12 @@ def table_several(points: list[dict[str, Any]]) -> str:
     for i, (name, _, _) in enumerate(QUEUE_BINS):
         tv = str(thesis["vcube-ps"][i]) if i < len(thesis["vcube-ps"]) else "-"
         ts = str(thesis["srpt"][i]) if i < len(thesis["srpt"]) else "-"
-        v0 = _f(vc0["queue_bins_incl"][i]) if vc0 else "-"
-        s0 = _f(sr0["queue_bins_incl"][i]) if sr0 else "-"
+        v0 = fmt(vc0["queue_bins_incl"][i]) if vc0 else "-"
+        s0 = fmt(sr0["queue_bins_incl"][i]) if sr0 else "-"
         lines.append(
-            f"| {name} | {_f(vc['queue_bins_enqueue'][i])} | {_f(sr['queue_bins_enqueue'][i])} "
-            f"| {_f(vc['queue_bins_time_avg'][i])} | {_f(sr['queue_bins_time_avg'][i])} "
-            f"| {_f(vc['queue_bins_incl'][i])} | {_f(sr['queue_bins_incl'][i])} "
+            f"| {name} | {fmt(vc['queue_bins_enqueue'][i])} | {fmt(sr['queue_bins_enqueue'][i])} "
+            f"| {fmt(vc['queue_bins_time_avg'][i])} | {fmt(sr['queue_bins_time_avg'][i])} "
+            f"| {fmt(vc['queue_bins_incl'][i])} | {fmt(sr['queue_bins_incl'][i])} "
             f"| {v0} | {s0} | {tv} | {ts} |"
         )
     lines += [
@@ -749,7 +703,7 @@ def _table_what_if(points: list[dict[str, Any]], n: int) -> str:
                 continue
             name = "as simulated" if variant == "main" else variant
             lines.append(
-                f"| {name} | {pct}% | {_f(m['reception_mean'])} "
+                f"| {name} | {pct}% | {fmt(m['reception_mean'])} "
                 f"| {' / '.join(f'{x:.0f}' for x in m['queue_bins_enqueue'])} "
                 f"| {m['seeds']:.0f} |"
             )
@@ -773,10 +727,10 @@ def table_order(points: list[dict[str, Any]]) -> str:
         m = p["mean"]
         lines.append(
             f"| {p['variant']} | {p['p']} | U[0,{p['tw_max']:g}] | {p['tpp_stdev']:g} "
-            f"| {_f(m['pct_lt5'])}% | {_f(m['pct_eq1'])}% | {_f(m['pct_eq10'])}% "
-            f"| {_f(m['pct_lt15'])}% | {_f(m['barrier_mean'])} | {_f(m['pct_no_delay'])}% "
-            f"| {_f(m['pct_delay_lt10'])}% | {_f(m['count_delay_gt50'], 0)} "
-            f"| {_f(m['max_delay'], 0)} | {m['seeds']:.0f} |"
+            f"| {fmt(m['pct_lt5'])}% | {fmt(m['pct_eq1'])}% | {fmt(m['pct_eq10'])}% "
+            f"| {fmt(m['pct_lt15'])}% | {fmt(m['barrier_mean'])} | {fmt(m['pct_no_delay'])}% "
+            f"| {fmt(m['pct_delay_lt10'])}% | {fmt(m['count_delay_gt50'], 0)} "
+            f"| {fmt(m['max_delay'], 0)} | {m['seeds']:.0f} |"
         )
     t1, t10 = THESIS["order"]["p1"], THESIS["order"]["p10"]
     lines += [
@@ -799,36 +753,6 @@ def table_order(points: list[dict[str, Any]]) -> str:
         cells = " | ".join(f"{100 * c / total:.1f}" for c in m["barrier_bins"])
         lines.append(f"| {p['p']} | {cells} |")
     return "\n".join(lines)
-
-
-def _machine() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        commit = ""
-    try:
-        dirty = subprocess.run(
-            ["git", "status", "--short", "--", "p2p", "topics", "causal", "vcube"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split("\n")
-    except OSError:
-        dirty = []
-    return {
-        "python": platform.python_version(),
-        "uncommitted_core_files": [line.strip() for line in dirty if line.strip()],
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "git_head": commit or None,
-    }
 
 
 # ----------------------------------------------------------------------- CLI
@@ -896,9 +820,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 1 or args.min_nodes < 2 or args.max_nodes < args.min_nodes:
         print("need --seeds >= 1 and 2 <= --min-nodes <= --max-nodes", file=sys.stderr)
         return 2
-    machine = _machine()  # before running: the code the runs import is this one
+    host = machine()  # before running: the code the runs import is this one
     started = time.perf_counter()
-    results = execute(plan(args), args.jobs)
+    results = execute(plan(args), args.jobs, run_task)
     wall = time.perf_counter() - started
     points = aggregate(results)
     doc: dict[str, Any] = {
@@ -916,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "oracle_start": True,
             "payload_bytes": len(PAYLOAD),
         },
-        "machine": machine,
+        "machine": host,
         "wall_s": wall,
         "thesis": THESIS,
         "results": points,
