@@ -13,21 +13,17 @@ from collections import defaultdict
 
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import populations
 
 from causal import MsgId
 from p2p.sim import Simulation, check_trace
-
-ID_SPACE = 1 << 64
 
 
 @st.composite
 def hot_topics(draw: st.DrawFn) -> tuple[list[int], list[tuple[float, int]], int, bool]:
     """Sparse or dense ids, 1-3 publications per node, seed, triangle-violating links."""
-    n = draw(st.integers(2, 24))
-    if draw(st.booleans()):
-        ids = list(range(n))
-    else:
-        ids = draw(st.lists(st.integers(0, ID_SPACE - 1), min_size=n, max_size=n, unique=True))
+    ids = draw(populations(2, 24))
+    n = len(ids)
     pubs = draw(
         st.lists(
             st.tuples(st.floats(0, 600, allow_nan=False), st.integers(0, n - 1)),
