@@ -133,3 +133,14 @@ def test_a_hot_topic_does_aggregate() -> None:
     assert sim.recorder.holds
     assert sim.recorder.frames < off.recorder.frames
     assert max(len(m) for *_, m in sim.recorder.links) > 1
+
+
+def test_pending_max_counts_held_publications() -> None:
+    """The per-node ``pending_max`` counter reports VCube-PS hold-backs too."""
+    rng = random.Random(7)
+    ids = list(range(32))
+    pubs = [(rng.uniform(0, 300), i) for i in ids for _ in range(2)]
+    sim = _run(ids, pubs, seed=3, tiv=True, mode="off")
+    counters = sim.recorder.metrics()["nodes"]
+    assert max(c["pending_max"] for c in counters.values()) > 0
+    assert all(c.pending_max == sim.recorder.pending_max[n] for n, c in sim.nodes.items())

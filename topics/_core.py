@@ -203,7 +203,6 @@ class VCubePS:
         self._pending: dict[RoundId, _Pending] = {}
         self.pending_max = 0
         """Most publications held back for causal order at once, over all topics."""
-        self._buffered = 0
         self.holds = 0
         """Round packets held back from a child by causal aggregation."""
         self.mistaken_holds = 0
@@ -683,6 +682,7 @@ class VCubePS:
             return out
         if not state.confirmed:
             state.early.append(msg)
+            self._note_held()
             return out
         out.extend(self._consider(state, msg))
         return out
@@ -701,7 +701,13 @@ class VCubePS:
             deps.append((msg.id.source, msg.id.incarnation, msg.prev))
         if state.buffer.add(msg, deps):
             return self._release(state, [msg])
+        self._note_held()
         return []
+
+    def _note_held(self) -> None:
+        """Keep ``pending_max`` (only called when something was just held back)."""
+        held = sum(len(t.buffer) + len(t.early) for t in self._topics.values())
+        self.pending_max = max(self.pending_max, held)
 
     def _release(self, state: _Topic, ready: list[PubMessage]) -> list[Output]:
         """Deliver ``ready`` and everything their delivery unblocks (CHECKDELIVERY)."""
