@@ -178,10 +178,11 @@ class _Link:
         """Write everything queued, one frame per batch that fits ``max_frame``."""
         while True:
             await self._wait_for_work()
-            batch = self._take()
-            if not batch:
+            taken = self._take()
+            if taken is None:
                 continue
-            sealed = session.seal(encode_packets(batch))
+            batch, body = taken
+            sealed = session.seal(body)
             try:
                 await stream.send_all(frame(sealed))
             except BaseException:
@@ -190,24 +191,29 @@ class _Link:
             self.node.stats["frames_sent"] += 1
             self.node.stats["packets_sent"] += len(batch)
 
-    def _take(self) -> list[Packet]:
-        """The longest prefix of the outbox whose encoding fits one frame."""
+    def _take(self) -> tuple[list[Packet], bytes] | None:
+        """A prefix of the outbox and its encoding, which fits one frame.
+
+        Usually everything queued fits and is encoded once; a batch that is too
+        big is halved until it fits.  A single packet too big for any frame is
+        dropped, counted and logged.
+        """
         limit = self.node.config.max_frame - 64  # room for the seal's counter and tag
-        batch: list[Packet] = []
-        size = 0
-        while self.outbox:
-            nxt = self.outbox[0]
-            cost = len(encode_packets([nxt]))
-            if cost > limit:
+        count = len(self.outbox)
+        while count:
+            batch = [self.outbox[i] for i in range(count)]
+            body = encode_packets(batch)
+            if len(body) <= limit:
+                for _ in range(count):
+                    self.outbox.popleft()
+                return batch, body
+            if count == 1:
                 self.outbox.popleft()
                 self.node.stats["oversize_dropped"] += 1
-                log.error("packet of %d bytes exceeds max_frame; dropped", cost)
-                continue
-            if batch and size + cost > limit:
-                break
-            batch.append(self.outbox.popleft())
-            size += cost
-        return batch
+                log.error("packet of %d bytes exceeds max_frame; dropped", len(body))
+                return None
+            count //= 2
+        return None
 
 
 class Node:

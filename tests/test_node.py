@@ -127,3 +127,36 @@ def test_chat_demo_runs_and_checks_itself() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "causal order / FIFO / exactly-once: no violations" in proc.stdout
     assert "deliveries per node: [12, 12, 12, 12]" in proc.stdout
+
+
+def test_outbox_batches_fit_the_frame_and_keep_order() -> None:
+    """Queued packets leave in order, each frame within ``max_frame``; a packet that
+    can never fit is dropped and counted, not silently lost."""
+    from causal import MsgId
+    from p2p._identity import Fleet, NodeIdentity
+    from p2p._node import _Link
+    from p2p._wire import WireLimits, decode_packets
+    from topics import PubMessage, PubRound, RoundId
+
+    node = Node(
+        NodeIdentity.generate(), Fleet("psk", "t", psk=bytes(32)), NodeConfig(max_frame=600)
+    )
+    link = _Link(node, 1)
+
+    def pub(n: int, size: int) -> PubRound:
+        msg = PubMessage(MsgId(7, 0, n), b"x" * size)
+        return PubRound(RoundId(7, 0, n), "t", (msg,), ())
+
+    queued = [pub(i, 90) for i in range(12)]
+    link.put([*queued[:5], pub(99, 2000), *queued[5:]])
+    sent = []
+    while link.outbox:
+        taken = link._take()
+        if taken is None:
+            continue
+        batch, body = taken
+        assert len(body) <= 600 - 64
+        assert decode_packets(body, WireLimits()) == batch
+        sent.extend(batch)
+    assert sent == queued
+    assert node.stats["oversize_dropped"] == 1
