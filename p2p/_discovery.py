@@ -47,6 +47,8 @@ class Peer:
     host: str
     port: int
     record: bytes
+    issued_at: int = 0
+    """The record's signing time (seconds): a newer record of a node replaces an older one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,17 @@ The runtime is thin: every protocol decision is the sans-IO core's
   subscription at most ``delivery_buffer`` deliveries; overflow is counted and
   logged (``Node.stats``), never silent.
 
+Members are found by mDNS on the node's interface and, for networks without
+multicast, through *static seeds* (``NodeConfig.seeds``): a node sends its
+signed discovery record and the records it knows to each seed and asks for
+theirs (peer exchange); a node that learns new records passes them on to its
+VCube neighbours, so every member hears of a join in O(log N) hops.  Every
+record is verified (fleet membership, signature) before it is used.
+
 What it does not do yet (issue 5): retransmit what a broken connection lost,
-or repair trees around crashed nodes.  A packet lost with a connection is
-counted in ``stats["lost_on_disconnect"]``.
+repair trees around crashed nodes, or notice that a seed-learned peer died
+(only mDNS reports departures).  A packet lost with a connection is counted
+in ``stats["lost_on_disconnect"]``.
 """
 
 from __future__ import annotations
@@ -40,7 +48,15 @@ from p2p._discovery import SERVICE_TYPE, Discovery, Peer
 from p2p._errors import P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node
 from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
-from p2p._wire import FrameReader, WireError, WireLimits, decode_packets, encode_packets, frame
+from p2p._wire import (
+    FrameReader,
+    PeerExchange,
+    WireError,
+    WireLimits,
+    decode_frame,
+    encode_packets,
+    frame,
+)
 from topics import (
     Bundle,
     Delivered,
@@ -79,6 +95,34 @@ class NodeConfig:
     handshake_timeout: float = 10.0
     drain_timeout: float = 2.0
     max_backoff: float = 5.0
+    seeds: tuple[str, ...] = ()
+    """``host:port`` of members to exchange peers with (networks without multicast)."""
+    seed_interval: float = 30.0
+    """Seconds between peer exchanges with each seed (after the first succeeds)."""
+
+    def __post_init__(self) -> None:
+        if self.interface in ("", "0.0.0.0", "::"):
+            raise NodeError(
+                f"interface {self.interface!r}: give the address peers should dial (e.g. 127.0.0.1)"
+            )
+        for seed in self.seeds:
+            parse_address(seed)
+        if not 0 <= self.port < 65536:
+            raise NodeError(f"port must be in 0..65535, got {self.port}")
+        positive = ("outbox_limit", "delivery_buffer", "handshake_timeout", "seed_interval")
+        for name in (*positive, "drain_timeout", "max_backoff"):
+            value = getattr(self, name)
+            if value < 0 or (name in positive and value == 0):
+                raise NodeError(f"{name} must be positive, got {value}")
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as a pair; :class:`NodeError` if malformed."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise NodeError(f"expected HOST:PORT with a port in 1..65535, got {text!r}")
+    return host, int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +165,28 @@ TraceHook = Callable[[str, str, int | None, int | None], None]
 """``(event, topic, source, seq)`` for the trace writer of ``p2p node``."""
 
 
+_Item = Packet | PeerExchange
+"""What an outbox holds: core packets, and now and then a peer exchange."""
+
+EXCHANGE_CHUNK = 256
+"""Records per peer-exchange item (well under ``WireLimits.max_records``)."""
+
+
 class _Link:
     """The outbox and writer of one peer (sending direction only)."""
 
     def __init__(self, node: Node, peer_id: int) -> None:
         self.node = node
         self.peer_id = peer_id
-        self.outbox: deque[Packet] = deque()
+        self.outbox: deque[_Item] = deque()
         self.wake = trio.Event()
+
+    def put_exchange(self, records: list[bytes], *, reply: bool) -> None:
+        """Queue ``records`` for the peer, in chunks; only the last chunk asks for a reply."""
+        chunks = [records[i : i + EXCHANGE_CHUNK] for i in range(0, len(records), EXCHANGE_CHUNK)]
+        for i, chunk in enumerate(chunks):
+            self.outbox.append(PeerExchange(tuple(chunk), reply and i == len(chunks) - 1))
+        self.wake.set()
 
     def put(self, packets: list[Packet]) -> None:
         """Queue ``packets``; beyond the limit they are counted and logged, not kept."""
@@ -181,32 +239,34 @@ class _Link:
             taken = self._take()
             if taken is None:
                 continue
-            batch, body = taken
+            count, body = taken
             sealed = session.seal(body)
             try:
                 await stream.send_all(frame(sealed))
             except BaseException:
-                self.node.stats["lost_on_disconnect"] += len(batch)
+                self.node.stats["lost_on_disconnect"] += count
                 raise
             self.node.stats["frames_sent"] += 1
-            self.node.stats["packets_sent"] += len(batch)
+            self.node.stats["packets_sent"] += count
 
-    def _take(self) -> tuple[list[Packet], bytes] | None:
-        """A prefix of the outbox and its encoding, which fits one frame.
+    def _take(self) -> tuple[int, bytes] | None:
+        """A prefix of the outbox as one frame body, and the packets in it.
 
         Usually everything queued fits and is encoded once; a batch that is too
         big is halved until it fits.  A single packet too big for any frame is
-        dropped, counted and logged.
+        dropped, counted and logged.  A frame carries at most one exchange.
         """
         limit = self.node.config.max_frame - 64  # room for the seal's counter and tag
-        count = len(self.outbox)
+        count = self._batch_len()
         while count:
             batch = [self.outbox[i] for i in range(count)]
-            body = encode_packets(batch)
+            packets = [x for x in batch if not isinstance(x, PeerExchange)]
+            exchange = next((x for x in batch if isinstance(x, PeerExchange)), None)
+            body = encode_packets(packets, exchange)
             if len(body) <= limit:
                 for _ in range(count):
                     self.outbox.popleft()
-                return batch, body
+                return len(packets), body
             if count == 1:
                 self.outbox.popleft()
                 self.node.stats["oversize_dropped"] += 1
@@ -214,6 +274,16 @@ class _Link:
                 return None
             count //= 2
         return None
+
+    def _batch_len(self) -> int:
+        """Length of the longest outbox prefix with at most one exchange."""
+        seen = False
+        for i, item in enumerate(self.outbox):
+            if isinstance(item, PeerExchange):
+                if seen:
+                    return i
+                seen = True
+        return len(self.outbox)
 
 
 class Node:
@@ -244,6 +314,7 @@ class Node:
                 "oversize_dropped",
                 "lost_on_disconnect",
                 "undeliverable",
+                "records_learned",
             ),
             0,
         )
@@ -257,6 +328,9 @@ class Node:
         self._closed = False
         self._version = 0
         self._limits = WireLimits.from_config(config.pubsub, max_frame=config.max_frame)
+        self.record = b""
+        """This node's signed discovery record (set once it listens)."""
+        self._left: dict[int, Peer] = {}
 
     def __repr__(self) -> str:
         return f"Node({self.id:016x}, port={self.port}, members={len(self.peers) + 1})"
@@ -314,21 +388,33 @@ class Node:
         finally:
             self._watchers.remove(send)
 
-    def add_peer(self, peer: Peer) -> None:
-        """A verified peer appeared (discovery or a static seed): it joins the overlay."""
+    def add_peer(self, peer: Peer) -> bool:
+        """A verified peer appeared (discovery or a static seed): it joins the overlay.
+
+        Returns whether ``peer`` told something new.  A record older than the
+        one already known, or than the departure last reported, changes nothing.
+        """
         if peer.node_id == self.id:
-            return
-        known = peer.node_id in self.peers
+            return False
+        old = self.peers.get(peer.node_id)
+        for prior in (old, self._left.get(peer.node_id)):
+            if prior is not None and (
+                peer.issued_at < prior.issued_at or peer.record == prior.record
+            ):
+                return False
         self.peers[peer.node_id] = peer
         link = self._links.get(peer.node_id)
         if link is not None:
             link.wake.set()
-        if not known:
+        if old is None:
             self._membership_changed(MembershipEvent("joined", peer.node_id))
+        return True
 
     def remove_peer(self, node_id: int) -> None:
         """A peer left: the overlay no longer routes through it."""
-        if self.peers.pop(node_id, None) is not None:
+        peer = self.peers.pop(node_id, None)
+        if peer is not None:
+            self._left[node_id] = peer
             self._membership_changed(MembershipEvent("left", node_id))
 
     # -------------------------------------------------------------- plumbing
@@ -400,25 +486,84 @@ class Node:
     def verify(self, record: bytes) -> Peer:
         """Check a discovery record (fleet membership and signature) before dialling."""
         vr = verify_record(self.fleet, record)
-        return Peer(vr.node_id, vr.host, vr.port, record)
+        return Peer(vr.node_id, vr.host, vr.port, record, vr.issued_at)
+
+    def known_records(self) -> list[bytes]:
+        """This node's record and those of the peers it knows (what an exchange sends)."""
+        return [self.record, *(p.record for p in self.peers.values())]
 
     async def dial(self, peer: Peer) -> tuple[trio.SocketStream, SecureSession]:
         """Connect and authenticate; the peer must prove the id discovery announced."""
+        stream, session = await self.dial_address(peer.host, peer.port)
+        if session.peer_id != peer.node_id:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            raise SecurityError(f"dialled {peer.node_id:016x} but {session.peer_id:016x} answered")
+        return stream, session
+
+    async def dial_address(self, host: str, port: int) -> tuple[trio.SocketStream, SecureSession]:
+        """Connect to ``host:port`` and authenticate whichever fleet member answers."""
         with trio.fail_after(self.config.handshake_timeout):
-            stream = await trio.open_tcp_stream(peer.host, peer.port)
+            stream = await trio.open_tcp_stream(host, port)
             try:
                 session = SecureSession.initiator(self.identity, self.fleet)
                 await stream.send_all(frame(session.start()))
                 await _Messages(stream, MAX_HANDSHAKE_SIZE).handshake(session)
-                if session.peer_id != peer.node_id:
-                    raise SecurityError(
-                        f"dialled {peer.node_id:016x} but {session.peer_id:016x} answered"
-                    )
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
                 raise
         return stream, session
+
+    def _on_exchange(self, sender: int, exchange: PeerExchange) -> None:
+        """Learn the verified records of a peer exchange, answer it, and pass news on.
+
+        Invariant: a record reaches ``add_peer`` only after ``verify``; news goes
+        to this node's VCube neighbours (not back to ``sender``), so a join
+        floods the overlay once, and a reply goes only where one was asked.
+        """
+        news = [r for r in exchange.records if self.add_peer(self.verify(r))]
+        self.stats["records_learned"] += len(news)
+        if exchange.reply:
+            if sender in self.peers:
+                self._link(sender).put_exchange(self.known_records(), reply=False)
+            else:
+                log.warning("peer %016x asked for records without sending its own", sender)
+        if news:
+            overlay = Hypercube(self.members())
+            for neighbour in overlay.children(self.id, self.id):
+                if neighbour != sender:
+                    self._link(neighbour).put_exchange([self.record, *news], reply=False)
+
+    async def _seed(self, address: str) -> None:
+        """Exchange peers with one seed now and every ``seed_interval`` seconds."""
+        host, port = parse_address(address)
+        backoff = 0.25
+        while True:
+            try:
+                await self._exchange_with(host, port)
+            except (OSError, SecurityError, WireError, EOFError, trio.TooSlowError) as exc:
+                log.warning("seed %s unreachable: %s", address, exc)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.seed_interval)
+                continue
+            backoff = 0.25
+            await trio.sleep(self.config.seed_interval)
+
+    async def _exchange_with(self, host: str, port: int) -> None:
+        """Send our records to ``host:port`` asking for its own (it answers on its link)."""
+        stream, session = await self.dial_address(host, port)
+        try:
+            if session.peer_id == self.id:
+                return  # the seed list names this node itself
+            records = self.known_records()
+            for i in range(0, len(records), EXCHANGE_CHUNK):
+                last = i + EXCHANGE_CHUNK >= len(records)
+                ex = PeerExchange(tuple(records[i : i + EXCHANGE_CHUNK]), reply=last)
+                await stream.send_all(frame(session.seal(encode_packets([], ex))))
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """One accepted connection: authenticate, then feed its frames to the core."""
@@ -443,11 +588,13 @@ class Node:
     async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
         """Decode, check and hand every packet to the core, in arrival order."""
         while (record := await messages.next()) is not None:
-            packets = decode_packets(session.open(record), self._limits)
+            packets, exchange = decode_frame(session.open(record), self._limits)
             self.stats["frames_received"] += 1
             for packet in packets:
                 self.stats["packets_received"] += 1
                 self._handle(self.core.receive(session.peer_id, packet, trio.current_time()))
+            if exchange is not None:
+                self._on_exchange(session.peer_id, exchange)
 
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():
@@ -524,14 +671,16 @@ async def open_node(
         )
         node.port = listeners[0].socket.getsockname()[1]
         node._nursery = nursery
+        node.record = sign_record(identity, {"host": cfg.interface, "port": node.port}, fleet)
+        for seed in cfg.seeds:
+            nursery.start_soon(node._seed, seed)
         try:
             if cfg.discovery:
-                record = sign_record(identity, {"host": cfg.interface, "port": node.port}, fleet)
                 discovery = Discovery(
                     interface=cfg.interface,
                     node_id=node.id,
                     port=node.port,
-                    record=record,
+                    record=node.record,
                     verify=node.verify,
                     service_type=cfg.service_type,
                 )
@@ -555,4 +704,5 @@ __all__ = [
     "NodeError",
     "Subscription",
     "open_node",
+    "parse_address",
 ]

@@ -12,6 +12,9 @@ whose first element is a type tag.
 Item     CBOR                                                  Checks
 =======  ====================================================  ==============================
 body     ``[version, [packet, ...]]``                          version == 1; 1..max_packets
+         or ``[version, [packet, ...], exchange]``             0..max_packets
+exchange ``[reply: bool, [record: bytes, ...]]``               1..max_records, each 1..
+                                                               max_record bytes
 PUB      ``[0, round, topic, [message, ...], dests]``          <= max_round_messages; payload
                                                                sum <= max_round_bytes (when
                                                                more than one message)
@@ -31,6 +34,10 @@ dests    ``[node, ...]``                                       strictly increasi
 node     unsigned integer                                      < 2**64
 ctr      unsigned integer                                      < 2**63
 =======  ====================================================  ==============================
+
+An *exchange* is runtime-level peer exchange (static seeds, networks without
+multicast): signed discovery records, checked by the receiver with
+``verify_record`` before use; ``reply`` asks for the receiver's own list.
 
 A :class:`~topics.Bundle` is link-level only: :func:`encode_packets` flattens
 it into its packets, in order, and the receiver hands them to its core one by
@@ -73,6 +80,8 @@ from topics import (
 __all__ = [
     "PROTOCOL_VERSION",
     "FrameReader",
+    "PeerExchange",
+    "decode_frame",
     "WireError",
     "WireLimits",
     "decode_packets",
@@ -135,6 +144,12 @@ class WireLimits:
 
     max_dests: int = 1 << 16
     """Most node ids in the ``dests`` route of a PUB or UNS."""
+
+    max_records: int = 1024
+    """Most discovery records in one peer exchange."""
+
+    max_record: int = 1200
+    """Largest discovery record, in bytes (``p2p._secure.MAX_DISCOVERY_SIZE``)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -200,10 +215,26 @@ def _packet(p: Packet) -> list[_Cbor]:
     raise TypeError(f"not a packet: {type(p).__name__}")
 
 
-def encode_packets(packets: Sequence[Packet | Bundle]) -> bytes:
-    """One frame body: the protocol version and ``packets``, bundles flattened in order.
+@dataclass(frozen=True, slots=True)
+class PeerExchange:
+    """Signed discovery records passed between members (peer exchange).
 
-    The packets come from the local core and are trusted; :func:`decode_packets`
+    ``reply`` asks the receiver to answer with the records it knows.  The
+    records are unverified bytes until the receiver's ``verify_record`` says
+    otherwise.
+    """
+
+    records: tuple[bytes, ...]
+    reply: bool = False
+
+
+def encode_packets(
+    packets: Sequence[Packet | Bundle], exchange: PeerExchange | None = None
+) -> bytes:
+    """One frame body: the protocol version and ``packets``, bundles flattened in order,
+    then ``exchange`` if given.
+
+    The packets come from the local core and are trusted; :func:`decode_frame`
     is where the receiver checks them.
     """
     flat: list[_Cbor] = []
@@ -212,7 +243,10 @@ def encode_packets(packets: Sequence[Packet | Bundle]) -> bytes:
             flat.extend(_packet(q) for q in p.packets)
         else:
             flat.append(_packet(p))
-    return cbor2.dumps([PROTOCOL_VERSION, flat])
+    if exchange is None:
+        return cbor2.dumps([PROTOCOL_VERSION, flat])
+    records: list[_Cbor] = list(exchange.records)
+    return cbor2.dumps([PROTOCOL_VERSION, flat, [exchange.reply, records]])
 
 
 def frame(body: bytes) -> bytes:
@@ -420,7 +454,20 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
 
 
 def decode_packets(body: bytes, limits: WireLimits) -> list[Packet]:
-    """The packets of one frame body, in order; :class:`WireError` on any deviation."""
+    """The packets of one frame body, in order; :class:`WireError` on any deviation
+    (a body with a peer exchange included: see :func:`decode_frame`)."""
+    packets, exchange = decode_frame(body, limits)
+    if exchange is not None:
+        raise WireError("unexpected peer exchange in a packets-only body")
+    return packets
+
+
+def decode_frame(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExchange | None]:
+    """The packets of one frame body, in order, and its peer exchange if any.
+
+    Raises :class:`WireError` on any deviation; a body holds at least one
+    packet or an exchange.
+    """
     if len(body) > limits.max_frame:
         raise WireError(f"body of {len(body)} bytes exceeds max_frame={limits.max_frame}")
     _scan(body, limits.max_items)
@@ -428,15 +475,32 @@ def decode_packets(body: bytes, limits: WireLimits) -> list[Packet]:
         tree: object = cbor2.loads(body, allow_indefinite=False, max_depth=MAX_DEPTH + 1)
     except (cbor2.CBORDecodeError, ValueError) as exc:  # e.g. a text string that is not UTF-8
         raise WireError(f"undecodable body: {exc}") from None
-    version, packets = _array(tree, "body", 2)
+    parts = _array(tree, "body")
+    if len(parts) not in (2, 3):
+        raise WireError(f"body: expected 2 or 3 elements, got {len(parts)}")
+    version = parts[0]
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise WireError(
             f"unsupported protocol version {version!r} (this node speaks {PROTOCOL_VERSION})"
         )
-    raw = _array(packets, "packets", limit=limits.max_packets)
-    if not raw:
+    raw = _array(parts[1], "packets", limit=limits.max_packets)
+    exchange = _d_exchange(parts[2], limits) if len(parts) == 3 else None
+    if not raw and exchange is None:
         raise WireError("frame without packets")
-    return [_d_packet(p, limits) for p in raw]
+    return [_d_packet(p, limits) for p in raw], exchange
+
+
+def _d_exchange(v: object, lim: WireLimits) -> PeerExchange:
+    reply, records = _array(v, "exchange", 2)
+    if type(reply) is not bool:
+        raise WireError("exchange.reply: expected a bool")
+    raw = _array(records, "exchange.records", limit=lim.max_records)
+    if not raw:
+        raise WireError("exchange without records")
+    for r in raw:
+        if type(r) is not bytes or not 0 < len(r) <= lim.max_record:
+            raise WireError(f"exchange.record: expected 1..{lim.max_record} bytes")
+    return PeerExchange(tuple(raw), reply)  # type: ignore[arg-type]
 
 
 class FrameReader:

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 import trio
 
+from causal import MsgId
 from p2p._discovery import Peer
 from p2p._errors import SecurityError
-from p2p._identity import add_node, init_fleet, load_node
-from p2p._node import Delivery, Node, NodeConfig, TraceHook, open_node
+from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
+from p2p._node import (
+    Delivery,
+    Node,
+    NodeConfig,
+    NodeError,
+    TraceHook,
+    _Link,
+    open_node,
+    parse_address,
+)
+from p2p._secure import sign_record
+from p2p._wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
 from p2p.sim import TraceEvent, check_trace, format_violations
+from topics import PubMessage, PubRound, RoundId
 
 
 def _fleet(tmp_path: Path, n: int, *, psk: bool = True, name: str = "f") -> list[Path]:
@@ -105,8 +121,6 @@ def test_node_of_another_fleet_is_refused(tmp_path: Path) -> None:
                     await trio.sleep(0.02)
             # A forged discovery record never becomes a member.
             identity, fleet = load_node(theirs[0])
-            from p2p._secure import sign_record
-
             forged = sign_record(identity, {"host": "127.0.0.1", "port": intruder.port}, fleet)
             with pytest.raises(SecurityError):
                 a.verify(forged)
@@ -132,11 +146,6 @@ def test_chat_demo_runs_and_checks_itself() -> None:
 def test_outbox_batches_fit_the_frame_and_keep_order() -> None:
     """Queued packets leave in order, each frame within ``max_frame``; a packet that
     can never fit is dropped and counted, not silently lost."""
-    from causal import MsgId
-    from p2p._identity import Fleet, NodeIdentity
-    from p2p._node import _Link
-    from p2p._wire import WireLimits, decode_packets
-    from topics import PubMessage, PubRound, RoundId
 
     node = Node(
         NodeIdentity.generate(), Fleet("psk", "t", psk=bytes(32)), NodeConfig(max_frame=600)
@@ -154,9 +163,99 @@ def test_outbox_batches_fit_the_frame_and_keep_order() -> None:
         taken = link._take()
         if taken is None:
             continue
-        batch, body = taken
+        count, body = taken
         assert len(body) <= 600 - 64
-        assert decode_packets(body, WireLimits()) == batch
-        sent.extend(batch)
+        packets = decode_packets(body, WireLimits())
+        assert len(packets) == count
+        sent.extend(packets)
     assert sent == queued
     assert node.stats["oversize_dropped"] == 1
+
+
+def test_outbox_sends_at_most_one_exchange_per_frame() -> None:
+
+    node = Node(NodeIdentity.generate(), Fleet("psk", "t", psk=bytes(32)), NodeConfig())
+    link = _Link(node, 1)
+    pub = PubRound(RoundId(7, 0, 1), "t", (PubMessage(MsgId(7, 0, 1), b"x"),), ())
+    link.put([pub])
+    link.put_exchange([b"r%d" % i for i in range(600)], reply=True)
+    link.put([pub])
+    frames = []
+    while link.outbox:
+        taken = link._take()
+        assert taken is not None
+        frames.append(decode_frame(taken[1], WireLimits()))
+    exchanges = [ex for _, ex in frames if ex is not None]
+    assert [len(ex.records) for ex in exchanges] == [256, 256, 88]
+    assert [ex.reply for ex in exchanges] == [False, False, True]  # only the last asks
+    assert sum(len(p) for p, _ in frames) == 2
+
+
+async def _until(predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    with trio.move_on_after(timeout):
+        while not predicate():
+            await trio.sleep(0.02)
+    assert predicate(), f"timed out waiting until {what}"
+
+
+def test_static_seeds_spread_membership_without_mdns(tmp_path: Path) -> None:
+    """No multicast: every node names node 0 as its seed (node 2 also names node 1);
+    all learn all members by peer exchange, then publish and deliver."""
+    dirs = _fleet(tmp_path, 5, psk=False)
+
+    async def main() -> None:
+        async with open_node(dirs[0], NodeConfig(discovery=False)) as seed:
+            seeds = (f"127.0.0.1:{seed.port}",)
+            async with AsyncExitStack() as stack:
+                nodes = [seed]
+                for i, d in enumerate(dirs[1:], start=1):
+                    extra = (f"127.0.0.1:{nodes[1].port}",) if i == 2 else ()
+                    cfg = NodeConfig(discovery=False, seeds=seeds + extra)
+                    nodes.append(await stack.enter_async_context(open_node(d, cfg)))
+                ids = {n.id for n in nodes}
+                await _until(lambda: all(n.members() == ids for n in nodes), "all know all")
+                assert sum(n.stats["records_learned"] for n in nodes) >= 4 * 4
+                subs = [await n.subscribe("t") for n in nodes]
+                await nodes[3].publish("t", b"hello", wait_acked=True)
+                for sub in subs:
+                    with trio.fail_after(10):
+                        d = await sub.receive()
+                    assert (d.source, d.payload) == (nodes[3].id, b"hello")
+
+    trio.run(main)
+
+
+def test_peer_exchange_with_a_forged_record_closes_the_connection(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ours = _fleet(tmp_path, 2, name="ours")
+    theirs = _fleet(tmp_path, 1, name="theirs")
+    identity, fleet = load_node(theirs[0])
+    forged = sign_record(identity, {"host": "127.0.0.1", "port": 9}, fleet)
+
+    async def main() -> None:
+        cfg = NodeConfig(discovery=False)
+        async with open_node(ours[0], cfg) as a, open_node(ours[1], cfg) as b:
+            stream, session = await b.dial_address("127.0.0.1", a.port)
+            body = encode_packets([], PeerExchange((b.record, forged), reply=True))
+            await stream.send_all(frame(session.seal(body)))
+            await _until(lambda: a.stats["rejected_connections"] == 1, "the exchange is refused")
+            await stream.aclose()
+            assert identity.node_id not in a.members()
+            assert b.id in a.members()  # records before the forged one were verified and kept
+
+    with caplog.at_level(logging.WARNING, logger="p2p.node"):
+        trio.run(main)
+    assert any("closing connection from" in r.getMessage() for r in caplog.records)
+
+
+def test_node_config_rejects_bad_settings() -> None:
+    with pytest.raises(NodeError, match="HOST:PORT"):
+        NodeConfig(seeds=("localhost",))
+    with pytest.raises(NodeError, match="HOST:PORT"):
+        NodeConfig(seeds=("h:70000",))
+    with pytest.raises(NodeError, match="interface"):
+        NodeConfig(interface="0.0.0.0")
+    with pytest.raises(NodeError, match="outbox_limit"):
+        NodeConfig(outbox_limit=0)
+    assert parse_address("[::1]:80") == ("::1", 80)

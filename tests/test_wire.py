@@ -26,8 +26,10 @@ from p2p._wire import (
     NODE_LIMIT,
     PROTOCOL_VERSION,
     FrameReader,
+    PeerExchange,
     WireError,
     WireLimits,
+    decode_frame,
     decode_packets,
     encode_packets,
     frame,
@@ -61,6 +63,8 @@ SMALL = WireLimits(
     max_barrier=4,
     max_view_entries=3,
     max_dests=3,
+    max_records=3,
+    max_record=100,
 )
 """Tight limits, so that each can be broken by a small hand-written frame."""
 
@@ -220,7 +224,14 @@ REJECT: dict[str, tuple[bytes, str]] = {
     "truncated head": (b"\x82\x01\x19\x01", "truncated"),
     "trailing garbage": (body(pub_raw()) + b"\x00", "trailing"),
     "not an array": (cbor2.dumps(1), "body"),
-    "body of 3": (cbor2.dumps([1, [pub_raw()], 0]), "body"),
+    "body of 4": (cbor2.dumps([1, [pub_raw()], [False, [b"r"]], 0]), "body"),
+    "exchange not an array": (cbor2.dumps([1, [pub_raw()], 0]), "exchange"),
+    "exchange reply not bool": (cbor2.dumps([1, [], [1, [b"r"]]]), "exchange.reply"),
+    "exchange without records": (cbor2.dumps([1, [], [True, []]]), "without records"),
+    "exchange record not bytes": (cbor2.dumps([1, [], [True, ["r"]]]), "exchange.record"),
+    "exchange record empty": (cbor2.dumps([1, [], [True, [b""]]]), "exchange.record"),
+    "exchange record too big": (cbor2.dumps([1, [], [True, [b"r" * 101]]]), "exchange.record"),
+    "exchange too many records": (cbor2.dumps([1, [], [True, [b"r"] * 4]]), "limit of 3"),
     "unknown version": (body(pub_raw(), version=2), "version"),
     "bool version": (body(pub_raw(), version=True), "version"),
     "no packets": (body(), "without packets"),
@@ -288,7 +299,19 @@ REJECT: dict[str, tuple[bytes, str]] = {
 @pytest.mark.parametrize(("raw", "match"), REJECT.values(), ids=REJECT.keys())
 def test_decode_rejects(raw: bytes, match: str) -> None:
     with pytest.raises(WireError, match=match):
+        decode_frame(raw, SMALL)
+    with pytest.raises(WireError, match=match):
         decode_packets(raw, SMALL)
+
+
+def test_peer_exchange_round_trip() -> None:
+    ex = PeerExchange((b"a" * 1200, b"b"), reply=True)
+    packets = [pub()]
+    assert decode_frame(encode_packets(packets, ex), LIMITS) == (packets, ex)
+    assert decode_frame(encode_packets([], ex), LIMITS) == ([], ex)
+    assert cbor2.loads(encode_packets([], ex)) == [1, [], [True, [b"a" * 1200, b"b"]]]
+    with pytest.raises(WireError, match="unexpected peer exchange"):
+        decode_packets(encode_packets(packets, ex), LIMITS)
 
 
 def test_decode_rejects_oversize_body() -> None:
