@@ -219,8 +219,8 @@ def test_static_seeds_spread_membership_without_mdns(tmp_path: Path) -> None:
                 await nodes[3].publish("t", b"hello", wait_acked=True)
                 for sub in subs:
                     with trio.fail_after(10):
-                        d = await sub.receive()
-                    assert (d.source, d.payload) == (nodes[3].id, b"hello")
+                        got = await sub.receive()
+                    assert (got.source, got.payload) == (nodes[3].id, b"hello")
 
     trio.run(main)
 
