@@ -1,7 +1,75 @@
-"""p2p: the runtime side of the library (simulator now; trio runtime later)."""
+"""p2p: VCube-PS publish/subscribe on real networks, and its deterministic simulator.
 
-from p2p._errors import P2PError, ScenarioError
+The runtime names load on first use, so ``import p2p`` (and the simulator)
+stays light on devices that never open a node::
+
+    import trio
+    from p2p import open_node
+
+    async def main() -> None:
+        async with open_node("node-dir") as node:
+            room = await node.subscribe("lobby")
+            await node.publish("lobby", b"hello")
+            print(await room.receive())
+
+    trio.run(main)
+
+Plain scripts use :class:`BlockingNode` instead (no trio needed).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from p2p._errors import P2PError, ScenarioError, SecurityError
+
+if TYPE_CHECKING:
+    from p2p._blocking import BlockingNode, BlockingSubscription
+    from p2p._node import (
+        Delivery,
+        MembershipEvent,
+        Node,
+        NodeConfig,
+        NodeError,
+        Subscription,
+        open_node,
+    )
 
 __version__ = "0.1.0"
 
-__all__ = ["P2PError", "ScenarioError", "__version__"]
+_LAZY = {
+    "BlockingNode": "p2p._blocking",
+    "BlockingSubscription": "p2p._blocking",
+    "Delivery": "p2p._node",
+    "MembershipEvent": "p2p._node",
+    "Node": "p2p._node",
+    "NodeConfig": "p2p._node",
+    "NodeError": "p2p._node",
+    "Subscription": "p2p._node",
+    "open_node": "p2p._node",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'p2p' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "BlockingNode",
+    "BlockingSubscription",
+    "Delivery",
+    "MembershipEvent",
+    "Node",
+    "NodeConfig",
+    "NodeError",
+    "P2PError",
+    "ScenarioError",
+    "SecurityError",
+    "Subscription",
+    "__version__",
+    "open_node",
+]
