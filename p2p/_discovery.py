@@ -102,8 +102,11 @@ class Discovery:
         record: bytes,
         verify: Verify,
         service_type: str = SERVICE_TYPE,
+        announce: bool = True,
     ) -> None:
         self.interface = interface
+        self.announce = announce
+        """``False``: only watch (``p2p status``), never appear as a member."""
         self.node_id = node_id
         self.port = port
         self.record = record
@@ -149,7 +152,8 @@ class Discovery:
             properties=chunk_record(self.record),
             server=f"{self.node_id:016x}.local.",
         )
-        self._zc.register_service(self._info)
+        if self.announce:
+            self._zc.register_service(self._info)
 
         def on_change(zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
             # zeroconf's thread: hand the name to trio, nothing else.
@@ -172,7 +176,7 @@ class Discovery:
         try:
             if self._browser is not None:
                 self._browser.cancel()
-            if self._info is not None:
+            if self._info is not None and self.announce:
                 self._zc.unregister_service(self._info)
         finally:
             self._zc.close()

@@ -1,6 +1,6 @@
-"""``p2p node``: run one real node from the command line (a contract: scripts call it).
+"""``p2p node``, ``p2p sub``, ``p2p pub``, ``p2p status``: real nodes from the command line.
 
-::
+``p2p node`` is a contract (scripts call it)::
 
     p2p node --identity NODE_DIR --interface 127.0.0.1 [--port 0]
              [--subscribe TOPIC]... [--publish TOPIC --count C --rate R]
@@ -9,11 +9,18 @@
 The trace has the format of ``p2p sim`` (one JSON object per line: ``time``,
 ``node``, ``event``, ``topic``, ``source``, ``seq``) with wall-clock times and
 ``node``/``source`` as 16-digit hex ids.
+
+``p2p sub`` prints what a topic delivers, ``p2p pub`` publishes messages
+(arguments or stdin lines) and waits until every subscriber has them, and
+``p2p status`` lists the fleet's members seen on an interface without joining.
+All find peers by mDNS on ``--interface`` and, with ``--seed HOST:PORT``, by
+peer exchange with members that listen there.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import sys
@@ -23,28 +30,94 @@ from typing import IO
 
 import trio
 
+from p2p._discovery import SERVICE_TYPE, Discovery, Peer
 from p2p._errors import P2PError
-from p2p._node import Delivery, Node, NodeConfig, Subscription, open_node
+from p2p._identity import Fleet, load_node
+from p2p._node import Delivery, Node, NodeConfig, Subscription, open_node, parse_address
+from p2p._secure import verify_record
+
+
+def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
+    p.add_argument("--identity", type=Path, required=True, help="node directory (fleet add-node)")
+    p.add_argument("--interface", default="127.0.0.1", help="address to listen and announce on")
+    p.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
+    p.add_argument(
+        "--seed",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="member to exchange peers with (networks without multicast); repeatable",
+    )
+    p.add_argument("--no-mdns", action="store_true", help="find peers through --seed only")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=settle,
+        help=f"seconds to find peers before subscribing (default {settle})",
+    )
+    p.add_argument("--quiet", action="store_true", help="only errors on stderr")
+    p.add_argument("--service-type", default=SERVICE_TYPE, help=argparse.SUPPRESS)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``node``, ``sub``, ``pub`` and ``status`` subcommands."""
     node = sub.add_parser("node", help="run one node on the network (mDNS discovery)")
-    node.add_argument(
-        "--identity", type=Path, required=True, help="node directory (fleet add-node)"
-    )
-    node.add_argument("--interface", default="127.0.0.1", help="address to listen and announce on")
-    node.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
+    _common(node)
     node.add_argument("--subscribe", action="append", default=[], metavar="TOPIC")
     node.add_argument("--publish", metavar="TOPIC", help="publish on TOPIC (subscribes to it)")
     node.add_argument("--count", type=int, default=10, help="publications to make (default 10)")
     node.add_argument("--rate", type=float, default=1.0, help="publications per second")
     node.add_argument("--payload-size", type=int, default=0, help="pad payloads to this size")
     node.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
-    node.add_argument(
-        "--settle", type=float, default=2.0, help="seconds to discover peers before subscribing"
-    )
     node.add_argument("--trace", type=Path, help="write TRACE.jsonl here")
-    node.add_argument("--quiet", action="store_true", help="only errors on stderr")
+
+    s = sub.add_parser("sub", help="print what topics deliver, one line each")
+    _common(s)
+    s.add_argument("topics", nargs="+", metavar="TOPIC")
+    s.add_argument("--count", type=int, help="exit after this many deliveries")
+    s.add_argument("--duration", type=float, help="exit after this many seconds")
+    s.add_argument("--json", action="store_true", help="JSON lines instead of text")
+
+    p = sub.add_parser("pub", help="publish messages (arguments, or stdin lines)")
+    _common(p)
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("messages", nargs="*", metavar="MESSAGE", help="default: lines of stdin")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for acknowledgements"
+    )
+
+    st = sub.add_parser("status", help="list the fleet members seen on an interface")
+    st.add_argument("--identity", type=Path, required=True, help="node directory (fleet add-node)")
+    st.add_argument("--interface", default="127.0.0.1", help="interface address to watch")
+    st.add_argument("--wait", type=float, default=3.0, help="seconds to watch (default 3)")
+    st.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    st.add_argument("--service-type", default=SERVICE_TYPE, help=argparse.SUPPRESS)
+
+
+def _config(args: argparse.Namespace) -> NodeConfig:
+    if not 0 <= args.port < 65536:
+        raise P2PError(f"--port must be in 0..65535, got {args.port}")
+    if args.settle < 0:
+        raise P2PError("--settle must be non-negative")
+    if args.no_mdns and not args.seed:
+        raise P2PError("--no-mdns needs at least one --seed HOST:PORT")
+    for seed in args.seed:
+        parse_address(seed)
+    return NodeConfig(
+        interface=args.interface,
+        port=args.port,
+        discovery=not args.no_mdns,
+        seeds=tuple(args.seed),
+        service_type=args.service_type,
+    )
+
+
+def _logging(args: argparse.Namespace, default: int = logging.INFO) -> None:
+    logging.basicConfig(
+        level=logging.ERROR if args.quiet else default,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
 
 
 class _Trace:
@@ -70,8 +143,6 @@ class _Trace:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if not 0 <= args.port < 65536:
-        raise P2PError(f"--port must be in 0..65535, got {args.port}")
     if args.rate <= 0 or args.count < 0:
         raise P2PError("--rate must be positive and --count non-negative")
     if args.duration is not None and args.duration <= 0:
@@ -81,24 +152,21 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    """``p2p node``: run until ``--duration`` ends or Ctrl-C."""
     _check(args)
-    logging.basicConfig(
-        level=logging.ERROR if args.quiet else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    cfg = _config(args)
+    _logging(args)
     fh = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
     try:
-        trio.run(_run, args, fh)
+        trio.run(_run, args, cfg, fh)
     finally:
         if fh is not None:
             fh.close()
     return 0
 
 
-async def _run(args: argparse.Namespace, fh: IO[str] | None) -> None:
+async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) -> None:
     me: list[int] = [0]
-    cfg = NodeConfig(interface=args.interface, port=args.port)
     trace = _Trace(fh, me)
     topics = list(dict.fromkeys([*args.subscribe, *([args.publish] if args.publish else [])]))
     counts = {"delivered": 0}
@@ -137,4 +205,149 @@ def _say(args: argparse.Namespace, text: str) -> None:
         print(f"p2p node: {text}", file=sys.stderr, flush=True)
 
 
-__all__ = ["Delivery", "add_parser", "cmd_node"]
+# ----------------------------------------------------------------- p2p sub
+
+
+def cmd_sub(args: argparse.Namespace) -> int:
+    """``p2p sub``: print deliveries until ``--count``, ``--duration`` or Ctrl-C."""
+    cfg = _config(args)
+    if args.count is not None and args.count <= 0:
+        raise P2PError("--count must be positive")
+    if args.duration is not None and args.duration <= 0:
+        raise P2PError("--duration must be positive")
+    _logging(args, logging.WARNING)
+    trio.run(_sub, args, cfg)
+    return 0
+
+
+async def _sub(args: argparse.Namespace, cfg: NodeConfig) -> None:
+    left = [args.count if args.count is not None else -1]
+    with trio.move_on_after(args.duration if args.duration else float("inf")):
+        async with open_node(args.identity, cfg) as node:
+            await _settle(node, args)
+            async with trio.open_nursery() as nursery:
+                for topic in args.topics:
+                    sub = await node.subscribe(topic)
+                    _say(args, f"subscribed to {topic!r}")
+                    nursery.start_soon(_print_deliveries, sub, args.json, left, nursery)
+
+
+async def _print_deliveries(
+    sub: Subscription, as_json: bool, left: list[int], nursery: trio.Nursery
+) -> None:
+    async for d in sub:
+        print(_format(d, as_json), flush=True)
+        left[0] -= 1
+        if left[0] == 0:
+            nursery.cancel_scope.cancel()
+
+
+def _format(d: Delivery, as_json: bool) -> str:
+    """One output line for a delivery (JSON: payload as text if UTF-8, else base64)."""
+    if not as_json:
+        text = d.payload.decode("utf-8", errors="backslashreplace")
+        return f"{d.topic} {d.source:016x} {d.seq} {text}"
+    line: dict[str, object] = {"topic": d.topic, "source": f"{d.source:016x}", "seq": d.seq}
+    try:
+        line["payload"] = d.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        line["payload_b64"] = base64.b64encode(d.payload).decode()
+    return json.dumps(line, ensure_ascii=False)
+
+
+async def _settle(node: Node, args: argparse.Namespace) -> None:
+    _say(args, f"node {node.id:016x} listening on {args.interface}:{node.port}")
+    await trio.sleep(args.settle)
+    _say(args, f"{len(node.members()) - 1} peers found")
+
+
+# ----------------------------------------------------------------- p2p pub
+
+
+def cmd_pub(args: argparse.Namespace) -> int:
+    """``p2p pub``: publish, then wait until every subscriber acknowledged the last one."""
+    cfg = _config(args)
+    if args.timeout <= 0:
+        raise P2PError("--timeout must be positive")
+    messages = list(args.messages) or [line.rstrip("\n") for line in sys.stdin]
+    if not messages:
+        raise P2PError("nothing to publish (no MESSAGE arguments and empty stdin)")
+    _logging(args, logging.WARNING)
+    return trio.run(_pub, args, cfg, messages)
+
+
+async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[str]) -> int:
+    async with open_node(args.identity, cfg) as node:
+        await _settle(node, args)
+        with trio.move_on_after(args.timeout) as scope:
+            await node.subscribe(args.topic)
+            for i, text in enumerate(messages):
+                await node.publish(args.topic, text.encode(), wait_acked=i == len(messages) - 1)
+        if scope.cancelled_caught:
+            print(f"p2p: error: not acknowledged within {args.timeout} s", file=sys.stderr)
+            return 1
+        subscribers = len(node.core.view(args.topic))
+        _say(args, f"published {len(messages)} on {args.topic!r} ({subscribers} subscribers)")
+    return 0
+
+
+# -------------------------------------------------------------- p2p status
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``p2p status``: this identity, and the members announcing on the interface."""
+    if args.wait <= 0:
+        raise P2PError("--wait must be positive")
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    identity, fleet = load_node(args.identity)
+    peers = trio.run(_watch, args, identity.node_id, fleet)
+    name = identity.certificate.name if identity.certificate else None
+    me = {"id": f"{identity.node_id:016x}", "name": name, "fleet": fleet.name, "mode": fleet.mode}
+    if args.json:
+        print(json.dumps({"node": me, "members": [_peer(p) for p in peers]}))
+        return 0
+    print(f"node {me['id']} ({name or 'no name'}) in fleet {fleet.name!r} ({fleet.mode} mode)")
+    print(f"{len(peers)} members announcing on {args.interface}:")
+    for p in peers:
+        info = _peer(p)
+        print(f"  {info['id']}  {info['host']}:{info['port']}  record {info['age_s']} s old")
+    return 0
+
+
+def _peer(p: Peer) -> dict[str, object]:
+    return {
+        "id": f"{p.node_id:016x}",
+        "host": p.host,
+        "port": p.port,
+        "age_s": max(0, round(time.time() - p.issued_at)),
+    }
+
+
+async def _watch(args: argparse.Namespace, node_id: int, fleet: Fleet) -> list[Peer]:
+    """Peers whose verified records appear within ``--wait`` seconds (we never announce)."""
+
+    def verify(record: bytes) -> Peer:
+        vr = verify_record(fleet, record)
+        return Peer(vr.node_id, vr.host, vr.port, record, vr.issued_at)
+
+    found: dict[int, Peer] = {}
+    discovery = Discovery(
+        interface=args.interface,
+        node_id=node_id,
+        port=9,  # never announced
+        record=b"-",
+        verify=verify,
+        service_type=args.service_type,
+        announce=False,
+    )
+    async with discovery:
+        with trio.move_on_after(args.wait):
+            async for event in discovery.events():
+                if event.kind == "up":
+                    found[event.peer.node_id] = event.peer
+                else:
+                    found.pop(event.peer.node_id, None)
+    return sorted(found.values(), key=lambda p: p.node_id)
+
+
+__all__ = ["Delivery", "add_parser", "cmd_node", "cmd_pub", "cmd_status", "cmd_sub"]

@@ -13,7 +13,7 @@ from causal import PacketLimits
 from p2p._errors import P2PError
 from p2p._identity import add_node, init_fleet, load_node
 from p2p._nodecli import add_parser as add_node_parser
-from p2p._nodecli import cmd_node
+from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
 
@@ -260,9 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sim(args)
         if args.command == "fleet":
             return cmd_fleet(args)
-        if args.command == "node":
-            return cmd_node(args)
-        return cmd_demo(args)
+        if args.command == "demo":
+            return cmd_demo(args)
+        runtime = {"node": cmd_node, "sub": cmd_sub, "pub": cmd_pub, "status": cmd_status}
+        return runtime[args.command](args)
     except P2PError as exc:
         print(f"p2p: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,80 @@
+"""``p2p sub`` / ``p2p pub`` / ``p2p status`` as outside scripts call them (real processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from p2p.cli import main
+
+P2P = [sys.executable, "-m", "p2p"]
+
+
+def _fleet(tmp_path: Path, names: list[str]) -> dict[str, str]:
+    assert main(["fleet", "init", str(tmp_path / "fleet")]) == 0
+    ids = {}
+    for name in names:
+        assert main(["fleet", "add-node", str(tmp_path / "fleet"), str(tmp_path / name)]) == 0
+        out = subprocess.run(
+            [*P2P, "fleet", "show", str(tmp_path / name)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        ids[name] = out.stdout.split()[0]
+    return ids
+
+
+def test_sub_pub_and_status_over_mdns(tmp_path: Path) -> None:
+    ids = _fleet(tmp_path, ["a", "b", "c"])
+    service = ["--service-type", f"_t{uuid.uuid4().hex[:10]}._tcp.local."]
+    sub = subprocess.Popen(
+        [*P2P, "sub", "--identity", str(tmp_path / "a"), "room", "--count", "3", "--json",
+         "--duration", "60", "--settle", "0", *service],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        status = subprocess.run(
+            [*P2P, "status", "--identity", str(tmp_path / "c"), "--wait", "3", "--json", *service],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        report = json.loads(status.stdout)
+        assert report["node"]["id"] == ids["c"]
+        assert ids["a"] in [m["id"] for m in report["members"]]
+        assert ids["c"] not in [m["id"] for m in report["members"]]  # status never announces
+        pub = subprocess.run(
+            [*P2P, "pub", "--identity", str(tmp_path / "b"), "room", "--settle", "2", *service],
+            input="one\ntwo\nthree\n", capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert pub.returncode == 0, pub.stderr
+        out, err = sub.communicate(timeout=30)
+    finally:
+        sub.kill()
+        sub.wait()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(d["source"], d["seq"], d["payload"]) for d in lines] == [
+        (ids["b"], 1, "one"),
+        (ids["b"], 2, "two"),
+        (ids["b"], 3, "three"),
+    ], err
+    assert sub.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["pub", "--identity", "x", "t", "m", "--no-mdns"], "--no-mdns needs"),
+        (["pub", "--identity", "x", "t", "m", "--seed", "nohost"], "HOST:PORT"),
+        (["sub", "--identity", "x", "t", "--count", "0"], "--count"),
+        (["status", "--identity", "x", "--wait", "0"], "--wait"),
+        (["sub", "--identity", "missing-dir", "t", "--settle", "0"], "no such node directory"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_error(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
