@@ -719,3 +719,47 @@ def test_publication_carries_the_barrier() -> None:
     assert msg.id == m2
     assert msg.deps == (m1,)
     assert net.cores[1].barrier(T).pubs == (m2,)
+
+
+def test_hold_back_buffer_is_bounded_per_topic() -> None:
+    """Publications a node cannot deliver yet are held back up to ``max_held``; a round
+    that would add to a full buffer is refused without any state change, while the
+    predecessor that drains it is still accepted (the bound never blocks honest traffic).
+    """
+    source = subscribed_net([0, 1, 2, 3])
+    for publisher in (0, 3, 3):  # 3 delivers 0's publication before publishing
+        source.publish(publisher)
+        source.run()
+    to_1 = [w for w in source.sent if w.dst == 1 and isinstance(w.packet, PubRound)]
+    assert [w.src for w in to_1] == [0, 3, 3]
+    a, b1, b2 = (w.packet for w in to_1)
+    assert isinstance(a, PubRound)
+    assert isinstance(b1, PubRound)
+    assert isinstance(b2, PubRound)
+    core = subscribed_net([0, 1, 2, 3], config=PubSubConfig(max_held=1)).cores[1]
+    core.receive(3, b1, 10.0)  # held: it depends on `a`, which has not arrived
+    assert core.held_back(T) == 1
+    before = snapshot(core)
+    with pytest.raises(RemoteProtocolError, match="max_held"):
+        core.receive(3, b2, 11.0)
+    assert snapshot(core) == before
+    out = core.receive(0, a, 12.0)  # the buffer is full, but `a` is deliverable
+    assert [o.id for o in out if isinstance(o, Delivered)] == [
+        a.messages[0].id,
+        b1.messages[0].id,
+    ]
+    out = core.receive(3, b2, 13.0)
+    assert [o.id for o in out if isinstance(o, Delivered)] == [b2.messages[0].id]
+
+
+def test_rounds_awaiting_acknowledgement_are_bounded() -> None:
+    net = Net([0, 1, 2, 3], PubSubConfig(max_pending_rounds=1))
+    net.subscribe(0)
+    sub = net.wire[net.find(kind="SUB", dst=2)]
+    net.deliver(kind="SUB", dst=2)  # 2 relays to 3 and waits for its ACK
+    assert isinstance(sub.packet, Sub)
+    other = dataclasses.replace(sub.packet, round=RoundId(0, 0, 7), topic="other")
+    before = snapshot(net.cores[2])
+    with pytest.raises(RemoteProtocolError, match="awaiting"):
+        net.cores[2].receive(sub.src, other, 50.0)
+    assert snapshot(net.cores[2]) == before

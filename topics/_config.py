@@ -32,11 +32,27 @@ class PubSubConfig:
     behind the round in flight; beyond it :meth:`publish` refuses instead of
     growing memory without bound."""
 
+    max_held: int = 100_000
+    """Most received publications held back per topic (waiting for causal
+    predecessors); a packet that would exceed it is refused as a protocol error,
+    so its sender's connection closes and no honest state is lost."""
+
+    max_pending_rounds: int = 100_000
+    """Most relayed rounds awaiting their children's acknowledgements; a round
+    beyond it is refused as a protocol error."""
+
     aggregation: bool = True
     """Timer-free causal aggregation: hold a round back from a child that could not
     deliver it before a predecessor this node will bring it (see ``VCubePS``)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_topic_len", "max_payload", "max_round_messages", "max_round_bytes"):
+        for name in (
+            "max_topic_len",
+            "max_payload",
+            "max_round_messages",
+            "max_round_bytes",
+            "max_held",
+            "max_pending_rounds",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -174,6 +174,20 @@ class _Topic:
         return got
 
 
+def _deps(msg: PubMessage) -> list[Dep]:
+    """What ``msg`` waits for: its barrier, its ops, and the source's previous publication.
+
+    A publication id is its own dependency triple (no allocation); the source's
+    previous publication is always in the causal past but may have left the
+    barrier, so it is named too to keep per-source FIFO explicit.
+    """
+    deps: list[Dep] = list(msg.deps)
+    deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
+    if msg.prev >= 0:
+        deps.append((msg.id.source, msg.id.incarnation, msg.prev))
+    return deps
+
+
 class VCubePS:
     """One VCube-PS node: topic membership, publication trees, causal delivery.
 
@@ -355,6 +369,15 @@ class VCubePS:
                 raise RemoteProtocolError(f"payload of {msg.id!r} exceeds max_payload")
             if len(msg.deps) + len(msg.op_deps) > cfg.max_barrier:
                 raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
+        held = self.held_back(topic)
+        if (
+            messages
+            and held + len(messages) > cfg.max_held
+            and held + self._would_hold(topic, messages) > cfg.max_held
+        ):
+            raise RemoteProtocolError(f"hold-back buffer of {topic!r} full (max_held)")
+        if len(self._pending) >= cfg.max_pending_rounds:
+            raise RemoteProtocolError("too many rounds awaiting acknowledgement")
 
     @staticmethod
     def _check_fifo(
@@ -687,19 +710,39 @@ class VCubePS:
         out.extend(self._consider(state, msg))
         return out
 
+    def _would_hold(self, topic: str, messages: tuple[PubMessage, ...]) -> int:
+        """How many of a round's publications would be held back if received now.
+
+        Exact for the buffer as it stands (releases could only lower it), so a
+        full buffer still admits the predecessors that drain it: the bound on
+        held publications never blocks honest traffic.
+        """
+        state = self._topics.get(topic)
+        if state is None or not state.subscribed:
+            return 0
+        if not state.confirmed:
+            return len(messages)
+        arriving: set[Dep] = set()
+        held = 0
+        for msg in messages:
+            if msg.id.source == self.id:
+                continue
+            first = state.bounds.get((msg.id.source, msg.id.incarnation), 0)
+            ready = msg.id.seq < first or all(
+                d in arriving or state.buffer.satisfied(d) for d in _deps(msg)
+            )
+            if ready:
+                arriving.add((msg.id.source, msg.id.incarnation, msg.id.seq))
+            else:
+                held += 1
+        return held
+
     def _consider(self, state: _Topic, msg: PubMessage) -> list[Output]:
         """Deliver ``msg`` now, hold it back, or skip it as older than the subscription."""
         first = state.bounds.get((msg.id.source, msg.id.incarnation), 0)
         if msg.id.seq < first:
             return []  # not post-subscription: never delivered here, never waited for
-        # A publication id is its own dependency triple (no allocation); the
-        # source's previous publication is always in the causal past but may have
-        # left the barrier, so it is named too to keep per-source FIFO explicit.
-        deps: list[Dep] = list(msg.deps)
-        deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
-        if msg.prev >= 0:
-            deps.append((msg.id.source, msg.id.incarnation, msg.prev))
-        if state.buffer.add(msg, deps):
+        if state.buffer.add(msg, _deps(msg)):
             return self._release(state, [msg])
         self._note_held()
         return []
