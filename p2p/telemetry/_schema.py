@@ -65,7 +65,18 @@ BUCKETS: Final = len(EDGES)
 """Histograms have ``BUCKETS + 1`` counts (the last one is open-ended)."""
 
 KINDS: Final = ("node", "topic", "event")
-EVENTS: Final = ("start", "stop", "crash", "suspect", "unsuspect", "repair", "join", "leave")
+EVENTS: Final = (
+    "start",
+    "stop",
+    "crash",
+    "suspect",
+    "unsuspect",
+    "repair",
+    "join",
+    "leave",
+    "spool_dropped",
+)
+"""``spool_dropped``: the device's spool hit its disk cap; ``detail`` is ``"<n> records"``."""
 
 NODE_COUNTERS: Final = (
     "rss_bytes",
