@@ -33,6 +33,8 @@ in ``stats["lost_on_disconnect"]``.
 from __future__ import annotations
 
 import logging
+import struct
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -57,6 +59,7 @@ from p2p._wire import (
     encode_packets,
     frame,
 )
+from p2p.telemetry._recorder import Recorder, Spool
 from topics import (
     Bundle,
     Delivered,
@@ -65,6 +68,7 @@ from topics import (
     Packet,
     Published,
     PubSubConfig,
+    Received,
     RemoteProtocolError,
     RoundAcked,
     Send,
@@ -99,6 +103,12 @@ class NodeConfig:
     """``host:port`` of members to exchange peers with (networks without multicast)."""
     seed_interval: float = 30.0
     """Seconds between peer exchanges with each seed (after the first succeeds)."""
+    telemetry_dir: str | Path | None = None
+    """Spool telemetry records here (``p2p.telemetry``); ``None``: record nothing."""
+    telemetry_window: float = 10.0
+    """Seconds per telemetry window (one node record, one record per active topic)."""
+    telemetry_max_bytes: int = 64 << 20
+    """Disk cap of the telemetry spool; the oldest files go first (and are counted)."""
 
     def __post_init__(self) -> None:
         if self.interface in ("", "0.0.0.0", "::"):
@@ -109,7 +119,14 @@ class NodeConfig:
             parse_address(seed)
         if not 0 <= self.port < 65536:
             raise NodeError(f"port must be in 0..65535, got {self.port}")
-        positive = ("outbox_limit", "delivery_buffer", "handshake_timeout", "seed_interval")
+        positive = (
+            "outbox_limit",
+            "delivery_buffer",
+            "handshake_timeout",
+            "seed_interval",
+            "telemetry_window",
+            "telemetry_max_bytes",
+        )
         for name in (*positive, "drain_timeout", "max_backoff"):
             value = getattr(self, name)
             if value < 0 or (name in positive and value == 0):
@@ -127,7 +144,11 @@ def parse_address(text: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """A publication handed to the application, in causal order per topic."""
+    """A publication handed to the application, in causal order per topic.
+
+    ``published_at`` is the publisher's wall clock (Unix seconds) when it
+    published: comparable across hosts only as far as their clocks agree.
+    """
 
     topic: str
     source: int
@@ -135,6 +156,11 @@ class Delivery:
     seq: int
     payload: bytes
     own: bool
+    published_at: float = 0.0
+
+
+_STAMP = struct.Struct(">d")
+"""The runtime's payload envelope: the publish wall clock, then the application's bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,11 +245,13 @@ class _Link:
                 backoff = min(backoff * 2, self.node.config.max_backoff)
                 continue
             backoff = 0.05
+            self.node.connections += 1
             try:
                 await self._pump(stream, session)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.warning("connection to %016x lost: %s", self.peer_id, exc)
             finally:
+                self.node.connections -= 1
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
 
@@ -240,14 +268,15 @@ class _Link:
             if taken is None:
                 continue
             count, body = taken
-            sealed = session.seal(body)
+            data = frame(session.seal(body))
             try:
-                await stream.send_all(frame(sealed))
+                await stream.send_all(data)
             except BaseException:
                 self.node.stats["lost_on_disconnect"] += count
                 raise
             self.node.stats["frames_sent"] += 1
             self.node.stats["packets_sent"] += count
+            self.node.stats["bytes_sent"] += len(data)
 
     def _take(self) -> tuple[int, bytes] | None:
         """A prefix of the outbox as one frame body, and the packets in it.
@@ -315,6 +344,9 @@ class Node:
                 "lost_on_disconnect",
                 "undeliverable",
                 "records_learned",
+                "bytes_sent",
+                "bytes_received",
+                "malformed_payload",
             ),
             0,
         )
@@ -331,6 +363,12 @@ class Node:
         self.record = b""
         """This node's signed discovery record (set once it listens)."""
         self._left: dict[int, Peer] = {}
+        self.recorder: Recorder | None = None
+        """Telemetry (``NodeConfig.telemetry_dir``), set by :func:`open_node`."""
+        self.connections = 0
+        """Open TCP connections (both directions)."""
+        self._published_at: dict[MsgId, float] = {}
+        self._received_at: dict[MsgId, float] = {}
 
     def __repr__(self) -> str:
         return f"Node({self.id:016x}, port={self.port}, members={len(self.peers) + 1})"
@@ -368,7 +406,9 @@ class Node:
         """Publish on ``topic`` (subscribe first).  Returns once accepted or, with
         ``wait_acked``, once every current subscriber has it (the ACK wave)."""
         self._check_open()
-        out = self.core.publish(topic, payload, trio.current_time())
+        if not isinstance(payload, bytes | bytearray):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        out = self.core.publish(topic, _STAMP.pack(time.time()) + payload, trio.current_time())
         mid = next(o.id for o in out if isinstance(o, Published))
         acked: trio.Event | None = None
         if wait_acked:
@@ -447,22 +487,51 @@ class Node:
                 if ev is not None:
                     ev.set()
             elif isinstance(o, RoundAcked):
-                for mid in o.ids:
-                    acked = self._acked.pop(mid, None)
-                    if acked is not None:
-                        acked.set()
+                self._on_acked(o)
+            elif isinstance(o, Received):
+                if self.recorder is not None and not o.relay:
+                    self._received_at[o.id] = trio.current_time()
             elif isinstance(o, Published):
                 self._trace_event("publish", o.topic, o.id.source, o.id.seq)
+                if self.recorder is not None:
+                    self.recorder.published(o.topic)
+                    self._published_at[o.id] = trio.current_time()
             elif isinstance(o, Dropped):
                 log.warning("%d publications on %r dropped: %s", o.count, o.topic, o.reason)
 
+    def _on_acked(self, o: RoundAcked) -> None:
+        for mid in o.ids:
+            acked = self._acked.pop(mid, None)
+            if acked is not None:
+                acked.set()
+            sent = self._published_at.pop(mid, None)
+            if sent is not None and self.recorder is not None:
+                self.recorder.acked(o.topic, (trio.current_time() - sent) * 1000)
+
     def _deliver(self, d: Delivered) -> None:
         self._trace_event("deliver", d.topic, d.id.source, d.id.seq)
+        if len(d.payload) < _STAMP.size:  # no honest member sends this
+            self.stats["malformed_payload"] += 1
+            log.error("publication %r on %r has no envelope: not delivered", d.id, d.topic)
+            return
+        (stamp,) = _STAMP.unpack_from(d.payload)
+        if self.recorder is not None and not d.own:
+            got = self._received_at.pop(d.id, None)
+            held = 0.0 if got is None else (trio.current_time() - got) * 1000
+            self.recorder.delivered(d.topic, (time.time() - stamp) * 1000, held)
         entry = self._subs.get(d.topic)
         if entry is None:
             return
         send, sub = entry
-        item = Delivery(d.topic, d.id.source, d.id.incarnation, d.id.seq, d.payload, d.own)
+        item = Delivery(
+            d.topic,
+            d.id.source,
+            d.id.incarnation,
+            d.id.seq,
+            d.payload[_STAMP.size :],
+            d.own,
+            stamp,
+        )
         try:
             send.send_nowait(item)
         except trio.WouldBlock:
@@ -568,6 +637,7 @@ class Node:
     async def serve(self, stream: trio.SocketStream) -> None:
         """One accepted connection: authenticate, then feed its frames to the core."""
         peer = "unauthenticated peer"
+        self.connections += 1
         try:
             with trio.fail_after(self.config.handshake_timeout):
                 session = SecureSession.responder(self.identity, self.fleet)
@@ -582,6 +652,7 @@ class Node:
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
             pass
         finally:
+            self.connections -= 1
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
@@ -590,6 +661,7 @@ class Node:
         while (record := await messages.next()) is not None:
             packets, exchange = decode_frame(session.open(record), self._limits)
             self.stats["frames_received"] += 1
+            self.stats["bytes_received"] += len(record) + 4
             for packet in packets:
                 self.stats["packets_received"] += 1
                 self._handle(self.core.receive(session.peer_id, packet, trio.current_time()))
@@ -612,6 +684,25 @@ class Node:
         if left:
             log.warning("closing with %d packets still queued (dropped)", left)
             self.stats["lost_on_disconnect"] += left
+
+    async def _record(self) -> None:
+        """Write a telemetry window every ``telemetry_window`` seconds."""
+        assert self.recorder is not None
+        while True:
+            await trio.sleep(self.config.telemetry_window)
+            self._flush_telemetry()
+
+    def _flush_telemetry(self) -> None:
+        """Close the current telemetry window; a full disk is logged, never fatal."""
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.flush(time.time(), self.stats, self.connections)
+        except OSError as exc:
+            log.error("telemetry not written: %s", exc)
+        for pending in (self._received_at, self._published_at):
+            if len(pending) > self.config.pubsub.max_held:  # never delivered or acked
+                pending.clear()
 
 
 class _Messages:
@@ -674,6 +765,9 @@ async def open_node(
         node.record = sign_record(identity, {"host": cfg.interface, "port": node.port}, fleet)
         for seed in cfg.seeds:
             nursery.start_soon(node._seed, seed)
+        if cfg.telemetry_dir is not None:
+            node.recorder = _open_recorder(node, cfg)
+            nursery.start_soon(node._record)
         try:
             if cfg.discovery:
                 discovery = Discovery(
@@ -694,6 +788,26 @@ async def open_node(
         finally:
             node._closed = True
             nursery.cancel_scope.cancel()
+            _close_recorder(node)
+
+
+def _open_recorder(node: Node, cfg: NodeConfig) -> Recorder:
+    assert cfg.telemetry_dir is not None
+    spool = Spool(cfg.telemetry_dir, max_bytes=cfg.telemetry_max_bytes)
+    recorder = Recorder(node.id, spool, window=cfg.telemetry_window)
+    recorder.event(time.time(), "start", detail=f"port {node.port}")
+    return recorder
+
+
+def _close_recorder(node: Node) -> None:
+    if node.recorder is None:
+        return
+    node._flush_telemetry()
+    try:
+        node.recorder.event(time.time(), "stop")
+        node.recorder.spool.close()
+    except OSError as exc:
+        log.error("telemetry not closed cleanly: %s", exc)
 
 
 __all__ = [
