@@ -109,6 +109,10 @@ class NodeConfig:
     """Seconds per telemetry window (one node record, one record per active topic)."""
     telemetry_max_bytes: int = 64 << 20
     """Disk cap of the telemetry spool; the oldest files go first (and are counted)."""
+    telemetry_collector: str | None = None
+    """``host:port`` of a telemetry collector to upload the spool to (needs ``telemetry_dir``)."""
+    telemetry_upload_interval: float = 30.0
+    """Seconds between uploads to the collector."""
 
     def __post_init__(self) -> None:
         if self.interface in ("", "0.0.0.0", "::"):
@@ -117,6 +121,10 @@ class NodeConfig:
             )
         for seed in self.seeds:
             parse_address(seed)
+        if self.telemetry_collector is not None:
+            parse_address(self.telemetry_collector)
+            if self.telemetry_dir is None:
+                raise NodeError("telemetry_collector needs telemetry_dir (the spool to upload)")
         if not 0 <= self.port < 65536:
             raise NodeError(f"port must be in 0..65535, got {self.port}")
         positive = (
@@ -126,6 +134,7 @@ class NodeConfig:
             "seed_interval",
             "telemetry_window",
             "telemetry_max_bytes",
+            "telemetry_upload_interval",
         )
         for name in (*positive, "drain_timeout", "max_backoff"):
             value = getattr(self, name)
@@ -685,6 +694,31 @@ class Node:
             log.warning("closing with %d packets still queued (dropped)", left)
             self.stats["lost_on_disconnect"] += left
 
+    async def _last_upload(self) -> None:
+        """On a clean close: the last telemetry window and a final upload attempt.
+
+        What does not make it within ``drain_timeout`` stays in the spool and
+        goes with the next start's first upload.
+        """
+        if self.recorder is None:
+            return
+        _close_recorder(self)
+        if self.config.telemetry_collector is None:
+            return
+        from p2p.telemetry._collector import UploadStats, upload_spool
+
+        with trio.move_on_after(self.config.drain_timeout):
+            try:
+                await upload_spool(
+                    self.identity,
+                    self.fleet,
+                    self.recorder.spool,
+                    self.config.telemetry_collector,
+                    UploadStats(),
+                )
+            except (OSError, P2PError, EOFError, trio.TooSlowError) as exc:
+                log.warning("final telemetry upload failed (kept for the next start): %s", exc)
+
     async def _record(self) -> None:
         """Write a telemetry window every ``telemetry_window`` seconds."""
         assert self.recorder is not None
@@ -694,7 +728,7 @@ class Node:
 
     def _flush_telemetry(self) -> None:
         """Close the current telemetry window; a full disk is logged, never fatal."""
-        if self.recorder is None:
+        if self.recorder is None or self.recorder.closed:
             return
         try:
             self.recorder.flush(time.time(), self.stats, self.connections)
@@ -768,6 +802,19 @@ async def open_node(
         if cfg.telemetry_dir is not None:
             node.recorder = _open_recorder(node, cfg)
             nursery.start_soon(node._record)
+            if cfg.telemetry_collector is not None:
+                from p2p.telemetry._collector import uploader
+
+                nursery.start_soon(
+                    partial(
+                        uploader,
+                        identity,
+                        fleet,
+                        node.recorder.spool,
+                        cfg.telemetry_collector,
+                        interval=cfg.telemetry_upload_interval,
+                    )
+                )
         try:
             if cfg.discovery:
                 discovery = Discovery(
@@ -782,9 +829,11 @@ async def open_node(
                     nursery.start_soon(node._discover, discovery)
                     yield node
                     await node._drain()
+                    await node._last_upload()
             else:
                 yield node
                 await node._drain()
+                await node._last_upload()
         finally:
             node._closed = True
             nursery.cancel_scope.cancel()
@@ -800,9 +849,11 @@ def _open_recorder(node: Node, cfg: NodeConfig) -> Recorder:
 
 
 def _close_recorder(node: Node) -> None:
-    if node.recorder is None:
+    """Last window, a ``stop`` event, and the current spool file completed (once)."""
+    if node.recorder is None or node.recorder.closed:
         return
     node._flush_telemetry()
+    node.recorder.closed = True
     try:
         node.recorder.event(time.time(), "stop")
         node.recorder.spool.close()

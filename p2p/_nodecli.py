@@ -57,6 +57,8 @@ def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="only errors on stderr")
     p.add_argument("--service-type", default=SERVICE_TYPE, help=argparse.SUPPRESS)
+    p.add_argument("--telemetry", type=Path, metavar="SPOOL_DIR", help="record telemetry here")
+    p.add_argument("--collector", metavar="HOST:PORT", help="upload telemetry to this collector")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,6 +111,8 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         discovery=not args.no_mdns,
         seeds=tuple(args.seed),
         service_type=args.service_type,
+        telemetry_dir=args.telemetry,
+        telemetry_collector=args.collector,
     )
 
 

@@ -169,6 +169,8 @@ class Recorder:
         self._last_stats: dict[str, int] = {}
         self._last_cpu = time.process_time()
         self._reported_drops = 0
+        self.closed = False
+        """Set once the node has written its ``stop`` event."""
 
     # ---------------------------------------------------------- recording
 
