@@ -95,6 +95,12 @@ class NodeConfig:
     pubsub: PubSubConfig = field(default_factory=PubSubConfig)
     max_frame: int = MAX_PLAINTEXT
     outbox_limit: int = 100_000
+    """Most packets queued for one peer; beyond it packets are dropped and counted."""
+    overflow: str = "drop"
+    """Policy for a slow peer: ``drop`` (the outbox limit drops and counts) or
+    ``backpressure`` (``publish`` also waits while any outbox is over half full,
+    so a local publisher slows down instead of losing; relayed traffic can
+    still only be dropped at the limit)."""
     delivery_buffer: int = 10_000
     handshake_timeout: float = 10.0
     drain_timeout: float = 2.0
@@ -115,6 +121,8 @@ class NodeConfig:
     """Seconds between uploads to the collector."""
 
     def __post_init__(self) -> None:
+        if self.overflow not in ("drop", "backpressure"):
+            raise NodeError(f"overflow must be 'drop' or 'backpressure', got {self.overflow!r}")
         if self.interface in ("", "0.0.0.0", "::"):
             raise NodeError(
                 f"interface {self.interface!r}: give the address peers should dial (e.g. 127.0.0.1)"
@@ -285,6 +293,7 @@ class _Link:
                 raise
             self.node.stats["frames_sent"] += 1
             self.node.stats["packets_sent"] += count
+            self.node._room.set()
             self.node.stats["bytes_sent"] += len(data)
 
     def _take(self) -> tuple[int, bytes] | None:
@@ -372,6 +381,7 @@ class Node:
         self.record = b""
         """This node's signed discovery record (set once it listens)."""
         self._left: dict[int, Peer] = {}
+        self._room = trio.Event()
         self.recorder: Recorder | None = None
         """Telemetry (``NodeConfig.telemetry_dir``), set by :func:`open_node`."""
         self.connections = 0
@@ -417,6 +427,8 @@ class Node:
         self._check_open()
         if not isinstance(payload, bytes | bytearray):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if self.config.overflow == "backpressure":
+            await self._wait_for_room()
         out = self.core.publish(topic, _STAMP.pack(time.time()) + payload, trio.current_time())
         mid = next(o.id for o in out if isinstance(o, Published))
         acked: trio.Event | None = None
@@ -426,6 +438,14 @@ class Node:
         if acked is not None:
             await acked.wait()
         return mid
+
+    async def _wait_for_room(self) -> None:
+        """Wait while some peer's outbox is over half full (``overflow="backpressure"``)."""
+        high = self.config.outbox_limit // 2
+        while any(len(link.outbox) > high for link in self._links.values()):
+            self._room = trio.Event()
+            await self._room.wait()
+            self._check_open()
 
     @asynccontextmanager
     async def membership(self) -> AsyncIterator[trio.MemoryReceiveChannel[MembershipEvent]]:

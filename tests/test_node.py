@@ -259,3 +259,42 @@ def test_node_config_rejects_bad_settings() -> None:
     with pytest.raises(NodeError, match="outbox_limit"):
         NodeConfig(outbox_limit=0)
     assert parse_address("[::1]:80") == ("::1", 80)
+
+
+@pytest.mark.parametrize("policy", ["drop", "backpressure"])
+def test_slow_peer_policy(tmp_path: Path, policy: str) -> None:
+    """A peer whose outbox is over half full: ``drop`` keeps publishing (and counts what
+    the limit refuses), ``backpressure`` makes ``publish`` wait until the outbox drains."""
+    (d,) = _fleet(tmp_path, 1)
+    cfg = NodeConfig(discovery=False, outbox_limit=10, overflow=policy)
+    pub = PubRound(RoundId(7, 0, 1), "t", (PubMessage(MsgId(7, 0, 1), b"x"),), ())
+
+    async def main() -> None:
+        async with open_node(d, cfg) as node:
+            await node.subscribe("t")
+            stuck = node._link(12345)  # a peer with no address yet: nothing leaves
+            stuck.put([pub] * 14)
+            assert len(stuck.outbox) == 10
+            assert node.stats["outbox_overflow"] == 4
+            with trio.move_on_after(0.3) as scope:
+                await node.publish("t", b"hello")
+            assert scope.cancelled_caught == (policy == "backpressure")
+            if policy == "backpressure":
+                stuck.outbox.clear()  # the peer caught up
+                node._room.set()
+                with trio.fail_after(5):
+                    await node.publish("t", b"hello")
+
+    trio.run(main)
+
+
+def test_publish_refuses_a_non_bytes_payload(tmp_path: Path) -> None:
+    (d,) = _fleet(tmp_path, 1)
+
+    async def main() -> None:
+        async with open_node(d, NodeConfig(discovery=False)) as node:
+            await node.subscribe("t")
+            with pytest.raises(TypeError, match="bytes"):
+                await node.publish("t", "text")  # type: ignore[arg-type]
+
+    trio.run(main)
