@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-dev
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 ## demo: set up, then run a local LAN-chat fleet (5 real nodes, TCP + mDNS on 127.0.0.1)
