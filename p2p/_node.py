@@ -254,7 +254,15 @@ class _Link:
                 continue
             try:
                 stream, session = await self.node.dial(peer)
-            except (OSError, SecurityError, WireError, trio.TooSlowError) as exc:
+            except (
+                OSError,
+                EOFError,
+                SecurityError,
+                WireError,
+                trio.TooSlowError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+            ) as exc:
                 log.warning(
                     "cannot reach %016x at %s:%d: %s", peer.node_id, peer.host, peer.port, exc
                 )
@@ -640,7 +648,14 @@ class Node:
         while True:
             try:
                 await self._exchange_with(host, port)
-            except (OSError, SecurityError, WireError, EOFError, trio.TooSlowError) as exc:
+            except (
+                OSError,
+                SecurityError,
+                WireError,
+                EOFError,
+                trio.TooSlowError,
+                trio.BrokenResourceError,
+            ) as exc:
                 log.warning("seed %s unreachable: %s", address, exc)
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.seed_interval)
@@ -736,7 +751,13 @@ class Node:
                     self.config.telemetry_collector,
                     UploadStats(),
                 )
-            except (OSError, P2PError, EOFError, trio.TooSlowError) as exc:
+            except (
+                OSError,
+                P2PError,
+                EOFError,
+                trio.TooSlowError,
+                trio.BrokenResourceError,
+            ) as exc:
                 log.warning("final telemetry upload failed (kept for the next start): %s", exc)
 
     async def _record(self) -> None:

@@ -16,6 +16,8 @@ from p2p._nodecli import add_parser as add_node_parser
 from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
+from p2p.telemetry._cli import add_parser as add_telemetry_parser
+from p2p.telemetry._cli import cmd_telemetry
 
 
 def _add_delay_args(p: argparse.ArgumentParser) -> None:
@@ -59,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--metrics", type=Path, help="write the VCube-PS METRICS.json here")
     _add_fleet_parser(sub)
     add_node_parser(sub)
+    add_telemetry_parser(sub)
     return parser
 
 
@@ -262,7 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_fleet(args)
         if args.command == "demo":
             return cmd_demo(args)
-        runtime = {"node": cmd_node, "sub": cmd_sub, "pub": cmd_pub, "status": cmd_status}
+        runtime = {
+            "node": cmd_node,
+            "sub": cmd_sub,
+            "pub": cmd_pub,
+            "status": cmd_status,
+            "telemetry": cmd_telemetry,
+        }
         return runtime[args.command](args)
     except P2PError as exc:
         print(f"p2p: error: {exc}", file=sys.stderr)

@@ -46,7 +46,7 @@ import trio
 
 from p2p._errors import P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity
-from p2p._node import NodeError, _Messages, parse_address
+from p2p._node import _Messages, parse_address
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession
 from p2p._wire import WireError, frame
 from p2p.telemetry._recorder import Spool
@@ -353,7 +353,7 @@ async def uploader(
         spool.rotate()
         try:
             await upload_spool(identity, fleet, spool, address, stats)
-        except (OSError, P2PError, EOFError, trio.TooSlowError, NodeError) as exc:
+        except (OSError, P2PError, EOFError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             stats.failures += 1
             log.warning("telemetry upload to %s failed (will retry): %s", address, exc)
 
