@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo sim-demo test test-fast lint bench reproduce clean
+.PHONY: demo sim-demo test test-fast lint bench bench-runtime reproduce clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ test-fast: lint
 ## bench: simulator speed benchmark (writes bench/out/sim_speed.json)
 bench: $(STAMP)
 	$(BIN)/python -m bench.sim_speed
+
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,bench]'
+	touch $(BENCH_STAMP)
+
+## bench-runtime: runtime benchmarks against ZeroMQ and Zenoh (~7 min; writes bench/out/runtime.json)
+bench-runtime: $(BENCH_STAMP)
+	$(BIN)/python -m bench.runtime
 
 ## reproduce: rerun the thesis' §5.6 experiments (long; see docs/thesis-results.md)
 reproduce: $(STAMP)

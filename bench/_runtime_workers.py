@@ -82,6 +82,7 @@ class Spec:
 
     @staticmethod
     def from_json(text: str) -> Spec:
+        """The spec the parent serialised with ``dataclasses.asdict``."""
         return Spec(**json.loads(text))
 
 
@@ -157,6 +158,8 @@ class Recorder:
         self.last[src] = seq
 
     def summary(self) -> dict[str, Any]:
+        """Counts, per-source ranges, latency samples (µs, strided down to at most
+        :data:`MAX_LATENCY_SAMPLES`) and the p99 of each half of the window."""
         lat = self.latencies
         stride = max(1, -(-len(lat) // MAX_LATENCY_SAMPLES))
         half = len(lat) // 2
@@ -176,6 +179,7 @@ class Recorder:
 
 
 def _p99(values: list[int]) -> int:
+    """Nearest-rank 99th percentile (0 when empty)."""
     if not values:
         return 0
     ordered = sorted(values)
@@ -215,6 +219,7 @@ class Sent:
     max_burst: int = 0
 
     def summary(self) -> dict[str, Any]:
+        """The counters as a JSON object."""
         return {
             "count": self.count,
             "in_window": self.in_window,
@@ -257,6 +262,7 @@ def run_blocking_publisher(
 
 
 def _sleep_until(t_ns: int) -> None:
+    """Block until wall-clock time ``t_ns``."""
     delay = (t_ns - time.time_ns()) / 1e9
     if delay > 0:
         time.sleep(delay)
@@ -284,9 +290,11 @@ class GcPauses:
         self.max_s = max(self.max_s, pause)
 
     def reset(self) -> None:
+        """Forget the collections so far."""
         self.count, self.total_s, self.max_s = 0, 0.0, 0.0
 
     def summary(self) -> dict[str, float]:
+        """Collections, their total and longest pause (ms)."""
         return {"count": self.count, "total_ms": 1e3 * self.total_s, "max_ms": 1e3 * self.max_s}
 
 
@@ -348,14 +356,16 @@ def run_ours(spec: Spec) -> None:
 
 
 async def _ours_main(spec: Spec) -> None:
+    """Run our node, with its trace written to ``spec.trace`` if given."""
     with open(spec.trace or os.devnull, "w", encoding="utf-8", buffering=1 << 20) as trace:
         await _ours_node(spec, _trace_hook(trace) if spec.trace else None)
-        trace.flush()  # before ``exit``: the parent reads it once every node has stopped
+    # Closed when the node has stopped; the parent reads it once every worker has exited.
 
 
 async def _ours_node(
     spec: Spec, hook: Callable[[str, str, int | None, int | None], None] | None
 ) -> None:
+    """One node through the worker's steps (see the module docstring)."""
     import trio
 
     from p2p._node import open_node
@@ -402,6 +412,7 @@ def _trace_hook(fh: IO[str]) -> Callable[[str, str, int | None, int | None], Non
 
 
 def _ours_config(spec: Spec) -> Any:
+    """The node's settings: defaults, mDNS with the run's service type or static seeds."""
     from p2p._node import NodeConfig
     from topics import PubSubConfig
 
@@ -415,9 +426,10 @@ def _ours_config(spec: Spec) -> Any:
 
 
 async def _ours_command(word: str) -> list[str]:
+    """:func:`expect` without blocking the trio loop."""
     import trio
 
-    cmd = await trio.to_thread.run_sync(command)
+    cmd: list[str] = await trio.to_thread.run_sync(command)
     if cmd[0] == "exit" and word != "exit":
         raise SystemExit(0)
     if cmd[0] != word:
@@ -426,12 +438,14 @@ async def _ours_command(word: str) -> list[str]:
 
 
 async def _trio_sleep_until(t_ns: int) -> None:
+    """Sleep until wall-clock time ``t_ns``."""
     import trio
 
     await trio.sleep(max(0.0, (t_ns - time.time_ns()) / 1e9))
 
 
 async def _ours_receive(sub: Any, rec: Recorder) -> None:
+    """Record every delivery but the node's own publications."""
     async for d in sub:
         if not d.own:
             rec.on(d.payload)
@@ -470,6 +484,7 @@ async def _ours_publish(node: Any, spec: Spec, start_ns: int, sent: Sent) -> Non
 
 
 def _core_info(node: Any) -> dict[str, int]:
+    """The core's hold-back and queue counters (non-zero ones point at a backlog)."""
     core = node.core
     return {
         "core_pending_max": core.pending_max,
@@ -624,6 +639,7 @@ def run_zenoh(spec: Spec) -> None:
 
 
 def _zenoh_endpoint(spec: Spec, i: int) -> str:
+    """Node ``i``'s TCP endpoint on loopback."""
     return f"tcp/127.0.0.1:{spec.ports[i]}"
 
 

@@ -11,9 +11,10 @@ node (``bench._runtime_workers``), 64-byte payloads, TCP on 127.0.0.1:
 
 ``cold``       5 nodes start at once; node 0 publishes 1,000 msg/s as soon as
                everyone has subscribed: time from process spawn to each
-               subscriber's first delivery (and to import, up, subscribed).
+               subscriber's first delivery (and to import, up, subscribed);
+               ours a second time with static seeds instead of mDNS.
 ``idle``       the same 5 nodes, subscribed, idle for a few seconds: RSS, USS
-               and CPU % of each process (psutil).
+               and CPU % of each process (psutil); ours also with seeds.
 ``latency``    fan-out 1 -> 4 at a paced 1,000 msg/s: latency p50/p99/max
                over the steady state (warm-up dropped), achieved rate.
 ``throughput`` fan-out 1 -> 4, the publisher as fast as the system's own flow
@@ -33,7 +34,8 @@ node (``bench._runtime_workers``), 64-byte payloads, TCP on 127.0.0.1:
 Our nodes find each other by mDNS (a service type of their own per run) in a
 throw-away PSK fleet; causal order and encryption are always on.  The table
 goes to stdout, every number to ``--out`` (JSON) with the machine and the
-ratios to the baselines measured in the same run.
+ratios to the baselines measured in the same run.  ``--profile DIR`` runs our
+nodes under cProfile.  See ``docs/runtime-benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class Settings:
 
     @staticmethod
     def quick() -> Settings:
+        """The short smoke run of ``--quick``."""
         return Settings(
             cold_s=0.5,
             settle_s=0.3,
@@ -147,6 +150,7 @@ class Group:
         self.close()
 
     def _spawn(self, spec: Spec, env: dict[str, str]) -> None:
+        """Start one worker, its stderr to a log file, its stdout read by a thread."""
         log = self.logdir / f"{self.label}-{spec.index}.log"
         self.logs.append(log)
         cmd = [sys.executable, "-m", "bench._runtime_workers", json.dumps(asdict(spec))]
@@ -190,6 +194,7 @@ class Group:
         return out
 
     def _error(self, i: int, what: str) -> BenchError:
+        """A failure of worker ``i`` with the end of its stderr."""
         tail = self.logs[i].read_text(encoding="utf-8", errors="replace")[-3000:]
         return BenchError(f"{self.label} worker {i}: {what}\n--- its stderr ---\n{tail}")
 
@@ -212,6 +217,7 @@ class Group:
 
 
 def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    """Copy a worker's stdout lines into ``lines``; ``None`` at end of output."""
     for line in stream:
         lines.put(line)
     lines.put(None)
@@ -242,6 +248,7 @@ class Bench:
         self.runs = 0
 
     def say(self, text: str) -> None:
+        """A progress line on stderr."""
         if self.verbose:
             print(text, file=sys.stderr, flush=True)
 
@@ -271,6 +278,7 @@ class Bench:
         ]
 
     def group(self, label: str, specs: list[Spec]) -> Group:
+        """The workers of one run, numbered in the order of the runs."""
         self.runs += 1
         return Group(f"{self.runs:02d}-{label}", specs, self.workdir)
 
@@ -423,6 +431,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, mean, min and max of ``values`` (zeros when empty)."""
     if not values:
         return {"median": 0.0, "mean": 0.0, "min": 0.0, "max": 0.0}
     return {
@@ -542,10 +551,14 @@ def check_traces(specs: list[Spec], ids: list[str]) -> dict[str, Any]:
                 num = None if seq == "-" else int(seq)
                 events.append(TraceEvent(float(t), spec.index, event, TOPIC, src, num))
     violations = check_trace(events, quiescent=True)
+    # Liveness assumes the run drained; a backlog still queued at the end breaks it.
+    late = [v for v in violations if v.kind in ("liveness", "own")]
+    safety = [v for v in violations if v.kind not in ("liveness", "own")]
     return {
         "events": len(events),
         "deliveries": sum(e.event == "deliver" for e in events),
-        "violations": len(violations),
+        "safety_violations": len(safety),
+        "liveness_violations": len(late),
         "report": format_violations(violations),
     }
 
@@ -648,6 +661,7 @@ def _median_run(runs: list[dict[str, Any]], key: tuple[str, ...]) -> dict[str, A
 
 
 def _brief(name: str, res: Any) -> str:
+    """One progress line for the result of workload ``name``."""
     if name == "cold":
         return f"first delivery {res['first_delivery_s']['max']:.2f} s after spawn"
     if name == "idle":
@@ -763,6 +777,8 @@ ROWS: list[Row] = [
     ("  latency p99, ms", lambda r: r["hot"]["latency_ms"]["p99"]),
     ("  not delivered by the end (lost or late)", lambda r: r["hot"]["undelivered"]),
     ("  per-source FIFO violations", lambda r: r["hot"]["order_violations"]),
+    ("  trace check: causal/FIFO/exactly-once violations",
+     lambda r: r["hot"]["trace_check"]["safety_violations"]),
     ("  CPU per node, % of a core (mean)", lambda r: r["hot"]["cpu_percent"]),
     ("idle RSS per node, MB (max of 5)", lambda r: r["idle"]["rss_mb"]["max"]),
     ("idle USS per node, MB (max of 5)", lambda r: r["idle"]["uss_mb"]["max"]),
@@ -781,6 +797,7 @@ ROWS: list[Row] = [
 
 
 def _cell(f: Callable[[dict[str, Any]], float | str], r: dict[str, Any]) -> str:
+    """A table cell: ``f`` of one system's results, ``-`` when it was not measured."""
     try:
         v = f(r)
     except (KeyError, IndexError, TypeError):
@@ -839,6 +856,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def _versions() -> dict[str, str | None]:
+    """Versions of the runtime's dependencies and of the baselines."""
     from importlib import metadata
 
     out: dict[str, str | None] = {}
@@ -860,6 +878,7 @@ def _versions() -> dict[str, str | None]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
     p = argparse.ArgumentParser(
         prog="python -m bench.runtime",
         description="Runtime benchmarks on loopback: ours beside ZeroMQ and Zenoh.",
@@ -888,6 +907,7 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the workloads, print the table and targets, write the JSON; the exit status."""
     signal.signal(signal.SIGTERM, _terminate)
     args = build_parser().parse_args(argv)
     systems = [x.strip() for x in args.systems.split(",") if x.strip()]

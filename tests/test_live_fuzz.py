@@ -53,6 +53,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -1040,24 +1041,19 @@ async def _intruders(target: Node, stranger: Path, fleet: Fleet) -> dict[str, ob
 
     for name, node_dir in (("stranger", stranger), ("poser", (identity, fleet))):
         rejected = target.stats["rejected_connections"]
-        try:
-            async with (
-                open_node(node_dir, cfg, trace=hook) as intruder,
-                trio.open_nursery() as nursery,
-            ):
-                intruder.add_peer(Peer(target.id, "127.0.0.1", target.port, target.record, 0))
-                nursery.start_soon(intruder.subscribe, TOPIC)  # never confirmed
-                await trio.sleep(0.05)
-                await intruder.publish(TOPIC, b"intruder")
-                with trio.move_on_after(10):
-                    while target.stats["rejected_connections"] == rejected:
-                        await trio.sleep(0.02)
-                await trio.sleep(0.3)
-                nursery.cancel_scope.cancel()
-        except* (EOFError, trio.BrokenResourceError) as group:
-            # Known bug (see test_refused_dial_does_not_crash_the_dialling_node): a refused
-            # dial escapes _Link.run and takes the intruder's own node down.  Not the target's.
-            outcome[f"{name} crashed"] = repr(group.exceptions[0])
+        async with (
+            open_node(node_dir, cfg, trace=hook) as intruder,
+            trio.open_nursery() as nursery,
+        ):
+            intruder.add_peer(Peer(target.id, "127.0.0.1", target.port, target.record, 0))
+            nursery.start_soon(intruder.subscribe, TOPIC)  # never confirmed
+            await trio.sleep(0.05)
+            await intruder.publish(TOPIC, b"intruder")
+            with trio.move_on_after(10):
+                while target.stats["rejected_connections"] == rejected:
+                    await trio.sleep(0.02)
+            await trio.sleep(0.3)
+            nursery.cancel_scope.cancel()
         outcome[f"{name} refused"] = target.stats["rejected_connections"] - rejected
     outcome["intruder read"] = read
     return outcome
@@ -1200,10 +1196,11 @@ def test_live_node_survives_hostile_frames(
             f"insider {w.hex}: {_first_difference(w.expected, actual)}"
         )
     # ... the unauthenticated ones as a multiset, and nothing else was closed
-    unauthenticated = Counter(reason for peer, reason in lines if peer == UNAUTHENTICATED)
-    assert unauthenticated == attack.unauthenticated, _why(
-        f"unauthenticated closings differ: missing {attack.unauthenticated - unauthenticated}, "
-        f"unexpected {unauthenticated - attack.unauthenticated}"
+    unauthenticated = Counter(_canon(r) for peer, r in lines if peer == UNAUTHENTICATED)
+    predicted_unauthenticated = Counter(_canon(r) for r in attack.unauthenticated.elements())
+    assert unauthenticated == predicted_unauthenticated, _why(
+        f"unauthenticated closings differ: missing {predicted_unauthenticated - unauthenticated}, "
+        f"unexpected {unauthenticated - predicted_unauthenticated}"
     )
     insiders = {w.hex for w in attack.insiders}
     others = [(p, r) for p, r in lines if p != UNAUTHENTICATED and p not in insiders]
@@ -1263,6 +1260,13 @@ def test_live_node_survives_hostile_frames(
     assert not broken, _why(f"honest links broke: {broken[:5]}")
 
 
+def _canon(reason: str) -> str:
+    """An oversized handshake message may be refused before it is complete (how TCP cut
+    it then decides the wording); every other reason is compared as it is."""
+    oversize = re.fullmatch(r"handshake message (of \d+ bytes exceeds|over) \d+( bytes)?", reason)
+    return "handshake message over the limit" if oversize else reason
+
+
 def _first_difference(expected: list[str], actual: list[str]) -> str:
     for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
         if e != a:
@@ -1281,14 +1285,19 @@ def _report(attack: Attack, seconds: float) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- known bugs
+# --------------------------------------------------------------------------- regressions
 
 
 def test_refused_dial_does_not_crash_the_dialling_node(tmp_path: Path) -> None:
+    """Found by the live fuzz: a peer that hangs up during the handshake made ``dial``
+    raise ``EOFError``, which ``_Link.run`` did not catch, so the dialling node crashed."""
     init_fleet(tmp_path / "f")
     add_node(tmp_path / "f", tmp_path / "a")
+    dials = 0
 
     async def hang_up(stream: trio.SocketStream) -> None:
+        nonlocal dials
+        dials += 1
         await stream.aclose()  # another fleet's node, a restarting peer, a port squatter
 
     async def main() -> None:
@@ -1296,10 +1305,13 @@ def test_refused_dial_does_not_crash_the_dialling_node(tmp_path: Path) -> None:
         port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, hang_up, listeners)
-            async with open_node(tmp_path / "a", NodeConfig(discovery=False)) as a:
+            cfg = NodeConfig(discovery=False, max_backoff=0.1, drain_timeout=0)
+            async with open_node(tmp_path / "a", cfg) as a:
                 a.add_peer(Peer(0x1234, "127.0.0.1", port, b"", 0))
                 with trio.move_on_after(1):
-                    await a.subscribe("t")  # the SUB round makes the link dial
+                    await a.subscribe("t")  # the SUB round makes the link dial, again and again
+                await a.publish("t", b"still alive")  # the node is still open
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+    assert dials >= 2  # it kept re-dialling with backoff instead of dying on the first
