@@ -15,7 +15,9 @@ workers share pages) and of the summed PSS (shared pages split between
 their users: what the job really holds) are reported, with the peak per
 part.  Records/s is items read over the job's wall time, JVM start
 included; the decode stage's own rate is reported too.  The load average
-before and after is recorded: on a shared machine other work slows the run.
+before and after is recorded: on a shared machine other work slows the run,
+so the CPU seconds the job's processes used (sampled with the memory) are
+reported as well: records per CPU-second does not depend on other load.
 
 Generated data goes under ``--data`` (default ``/tmp/p2p-telemetry-bench``),
 never into the repository; the numbers go to ``--out`` as JSON.
@@ -53,6 +55,8 @@ class TreeSampler:
         self.peak_parts: dict[str, int] = {}
         self.samples = 0
         self.max_processes = 0
+        self.cpu: dict[int, float] = {}
+        """Latest user + system CPU seconds of every process seen (exited ones keep theirs)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -92,8 +96,10 @@ class TreeSampler:
             for proc in procs:
                 try:
                     info = proc.memory_full_info()
+                    times = proc.cpu_times()
                 except psutil.Error:
                     continue
+                self.cpu[proc.pid] = times.user + times.system
                 rss += info.rss
                 pss += getattr(info, "pss", info.rss)
                 part = self._part(proc)
@@ -183,6 +189,8 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
         "spark_version": summary["spark"]["version"],
         "rows": summary["rows"],
         "records_per_s": round(summary["records_read"] / wall, 1),
+        "cpu_s": round(sum(sampler.cpu.values()), 1),
+        "records_per_cpu_s": round(summary["records_read"] / max(sum(sampler.cpu.values()), 1e-9)),
         "decode_records_per_s": round(summary["records_read"] / timings["decode"], 1),
         "peak_memory_mb": {
             "pss_total": _mb(sampler.peak_pss),
@@ -241,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         f"job:      {job['records_read']:,} records in {job['wall_s']:.1f} s: "
         f"{job['records_per_s']:,.0f} records/s (decode stage "
         f"{job['decode_records_per_s']:,.0f}/s); peak memory {peak['pss_total']:,.0f} MB PSS "
-        f"({peak['rss_total']:,.0f} MB RSS summed)\nresults in {out}"
+        f"({peak['rss_total']:,.0f} MB RSS summed); {job['cpu_s']:,.0f} CPU-s, "
+        f"{job['records_per_cpu_s']:,} records per CPU-second\nresults in {out}"
     )
     return 0
 

@@ -65,6 +65,8 @@ BAD = {
     "empty topic": {**TOPIC, "topic": ""},
     "bad peer": {**EVENT, "peer": "zz"},
     "unknown kind": {**NODE, "kind": "gauge"},
+    "time past year 9999": {**NODE, "t": 253402300800.0},
+    "time zero": {**NODE, "t": 0.0},
 }
 
 

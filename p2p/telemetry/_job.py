@@ -91,6 +91,9 @@ LAYOUT = re.compile(r"date=(\d{4}-\d{2}-\d{2}|unknown)/device=([0-9a-f]{16})/(\d
 REASONS = ("undecodable", "oversize", "schema_version", "invalid", "misplaced", "unreadable")
 """Why an item is quarantined."""
 TABLES = ("devices", "topics", "windows", "fleet", "timeline", "quarantine")
+MAX_T = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp()
+"""Records with a later ``t`` are quarantined (``invalid``, field ``t``): Spark timestamps end
+in year 9999, although the schema only asks for a positive finite ``t``."""
 HEX_PREFIX = 64
 """Bytes of a quarantined item kept (as hex)."""
 TARGET_TASK_BYTES = 64 << 20
@@ -499,6 +502,10 @@ class _Task:
                     reason, fld = classify(str(exc), True)
                     acc.quarantined += 1
                     self._bad(lf, start, reason, fld, str(exc), blob[start:end])
+                    continue
+                if rec["t"] > MAX_T:  # valid for the schema, but no timestamp can hold it
+                    acc.quarantined += 1
+                    self._bad(lf, start, "invalid", "t", "t: beyond year 9999", blob[start:end])
                     continue
                 if rec["device"] != device:
                     acc.quarantined += 1

@@ -35,8 +35,8 @@ key        type          meaning
     absent; ``detail`` text (<= 256 chars) or absent.
 
 A *histogram* is a list of :data:`BUCKETS` + 1 ints >= 0: ``h[i]`` counts
-values ``v`` with ``EDGES[i-1] <= v < EDGES[i]`` (``EDGES[-1]`` = 0 and the
-last bucket is open-ended).  Edges are fixed and shared by every device, so
+values ``v`` with ``EDGES[i-1] <= v < EDGES[i]`` (for ``i = 0`` the lower
+bound is 0; the last bucket is open-ended).  Edges are fixed and shared by every device, so
 histograms merge by adding them element-wise, and percentiles of a merged
 histogram are :func:`percentile` of it.
 
@@ -99,6 +99,8 @@ MAX_RECORD_BYTES: Final = 16 * 1024
 """Largest encoded record accepted."""
 
 MAX_TOPIC_LEN: Final = 256
+MAX_TIME: Final = 253402300799
+"""9999-12-31T23:59:59Z: the last instant a timestamp column can hold."""
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 _BASE = ("v", "id", "device", "boot", "seq", "t", "window", "kind")
 _INT_LIMIT = 1 << 63
@@ -188,8 +190,8 @@ def validate(rec: object) -> dict[str, Any]:
     boot, seq = _int(rec, "boot"), _int(rec, "seq")
     if rec.get("id") != record_id(device, boot, seq):
         raise TelemetryError("id: must be <device>-<boot>-<seq>")
-    if _num(rec, "t") <= 0:
-        raise TelemetryError("t: must be positive")
+    if not 0 < _num(rec, "t") <= MAX_TIME:
+        raise TelemetryError("t: must be positive and before year 10000")
     window = _num(rec, "window")
     kind = rec.get("kind")
     if kind not in KINDS:
