@@ -591,8 +591,7 @@ class Node:
 
     def verify(self, record: bytes) -> Peer:
         """Check a discovery record (fleet membership and signature) before dialling."""
-        vr = verify_record(self.fleet, record)
-        return Peer(vr.node_id, vr.host, vr.port, record, vr.issued_at)
+        return verified_peer(self.fleet, record)
 
     def known_records(self) -> list[bytes]:
         """This node's record and those of the peers it knows (what an exchange sends)."""
@@ -609,16 +608,9 @@ class Node:
 
     async def dial_address(self, host: str, port: int) -> tuple[trio.SocketStream, SecureSession]:
         """Connect to ``host:port`` and authenticate whichever fleet member answers."""
-        with trio.fail_after(self.config.handshake_timeout):
-            stream = await trio.open_tcp_stream(host, port)
-            try:
-                session = SecureSession.initiator(self.identity, self.fleet)
-                await stream.send_all(frame(session.start()))
-                await _Messages(stream, MAX_HANDSHAKE_SIZE).handshake(session)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await stream.aclose()
-                raise
+        stream, session, _ = await dial_secure(
+            host, port, self.identity, self.fleet, self.config.handshake_timeout
+        )
         return stream, session
 
     def _on_exchange(self, sender: int, exchange: PeerExchange) -> None:
@@ -683,11 +675,13 @@ class Node:
         peer = "unauthenticated peer"
         self.connections += 1
         try:
-            with trio.fail_after(self.config.handshake_timeout):
-                session = SecureSession.responder(self.identity, self.fleet)
-                session.start()  # the responder speaks second: nothing to send yet
-                messages = _Messages(stream, self.config.max_frame + 64)
-                await messages.handshake(session)
+            session, messages = await accept_secure(
+                stream,
+                self.identity,
+                self.fleet,
+                self.config.max_frame + 64,
+                self.config.handshake_timeout,
+            )
             peer = f"{session.peer_id:016x}"
             await self._read_frames(messages, session)
         except (SecurityError, WireError, RemoteProtocolError, trio.TooSlowError) as exc:
@@ -813,6 +807,55 @@ class _Messages:
             out, _ = session.receive_handshake(msg)
             if out:
                 await self.stream.send_all(frame(out))
+
+
+def verified_peer(fleet: Fleet, record: bytes) -> Peer:
+    """The peer a discovery record names, once its signature and fleet membership check out."""
+    vr = verify_record(fleet, record)
+    return Peer(vr.node_id, vr.host, vr.port, record, vr.issued_at)
+
+
+async def dial_secure(
+    host: str, port: int, identity: NodeIdentity, fleet: Fleet, timeout: float
+) -> tuple[trio.SocketStream, SecureSession, _Messages]:
+    """Connect and run the initiator's handshake within ``timeout`` seconds.
+
+    Returns the stream, the established session and the message reader, which
+    may already hold records that followed the handshake.  The stream is closed
+    if anything fails.
+    """
+    with trio.fail_after(timeout):
+        stream = await trio.open_tcp_stream(host, port)
+        try:
+            session = SecureSession.initiator(identity, fleet)
+            await stream.send_all(frame(session.start()))
+            messages = _Messages(stream, MAX_HANDSHAKE_SIZE)
+            await messages.handshake(session)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            raise
+    return stream, session, messages
+
+
+async def accept_secure(
+    stream: trio.SocketStream,
+    identity: NodeIdentity,
+    fleet: Fleet,
+    max_message: int,
+    timeout: float,
+) -> tuple[SecureSession, _Messages]:
+    """Run the responder's handshake on an accepted stream within ``timeout`` seconds.
+
+    ``max_message`` bounds the records read after the handshake; the caller
+    closes the stream on failure.
+    """
+    with trio.fail_after(timeout):
+        session = SecureSession.responder(identity, fleet)
+        session.start()  # the responder speaks second: nothing to send yet
+        messages = _Messages(stream, max_message)
+        await messages.handshake(session)
+    return session, messages
 
 
 @asynccontextmanager

@@ -25,6 +25,7 @@ import json
 import logging
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -33,8 +34,15 @@ import trio
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
 from p2p._errors import P2PError
 from p2p._identity import Fleet, load_node
-from p2p._node import Delivery, Node, NodeConfig, Subscription, open_node, parse_address
-from p2p._secure import verify_record
+from p2p._node import (
+    Delivery,
+    Node,
+    NodeConfig,
+    Subscription,
+    open_node,
+    parse_address,
+    verified_peer,
+)
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
@@ -330,17 +338,13 @@ def _peer(p: Peer) -> dict[str, object]:
 async def _watch(args: argparse.Namespace, node_id: int, fleet: Fleet) -> list[Peer]:
     """Peers whose verified records appear within ``--wait`` seconds (we never announce)."""
 
-    def verify(record: bytes) -> Peer:
-        vr = verify_record(fleet, record)
-        return Peer(vr.node_id, vr.host, vr.port, record, vr.issued_at)
-
     found: dict[int, Peer] = {}
     discovery = Discovery(
         interface=args.interface,
         node_id=node_id,
         port=9,  # never announced
         record=b"-",
-        verify=verify,
+        verify=partial(verified_peer, fleet),
         service_type=args.service_type,
         announce=False,
     )

@@ -10,9 +10,7 @@ import trio
 
 from p2p import Node, NodeConfig, open_node
 from p2p._identity import add_node, init_fleet, load_node
-from p2p._node import _Messages
-from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession
-from p2p._wire import frame
+from p2p._node import dial_secure
 from p2p.telemetry import iter_items, validate
 from p2p.telemetry._collector import (
     Collector,
@@ -124,11 +122,9 @@ def test_upload_resumes_after_interruption_and_never_duplicates(tmp_path: Path) 
         async with trio.open_nursery() as nursery:
             collector: Collector = await nursery.start(run_collector, ident, fleet, landing)
             # 1. An upload cut off after the first 1000 bytes.
-            stream = await trio.open_tcp_stream("127.0.0.1", collector.port)
-            session = SecureSession.initiator(dev_id, dev_fleet)
-            await stream.send_all(frame(session.start()))
-            messages = _Messages(stream, MAX_HANDSHAKE_SIZE)
-            await messages.handshake(session)
+            stream, session, messages = await dial_secure(
+                "127.0.0.1", collector.port, dev_id, dev_fleet, 10
+            )
             channel = _Channel(stream, session, messages)
             await channel.send("offer", path.name, len(data))
             assert (await channel.expect("resume", 2))[1] == 0

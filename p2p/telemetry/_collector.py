@@ -46,8 +46,8 @@ import trio
 
 from p2p._errors import P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity
-from p2p._node import _Messages, parse_address
-from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession
+from p2p._node import accept_secure, dial_secure, parse_address
+from p2p._secure import SecureSession
 from p2p._wire import WireError, frame
 from p2p.telemetry._recorder import Spool
 from p2p.telemetry._schema import TelemetryError, iter_items
@@ -60,6 +60,9 @@ CHUNK = 64 * 1024
 MAX_FILE = 64 << 20
 """Largest spool file a collector accepts."""
 
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds to connect and authenticate, either side."""
+
 _NAME = re.compile(r"(\d{8})-(\d{12})-(\d{12})\.cbor")
 
 
@@ -71,12 +74,20 @@ def _msg(*parts: object) -> bytes:
     return cbor2.dumps(list(parts))
 
 
-def _parse(data: bytes, kind: str, arity: int) -> list[Any]:
+def _decode(data: bytes) -> list[Any]:
+    """A protocol message: a non-empty CBOR array; :class:`UploadError` otherwise."""
     try:
         obj = cbor2.loads(data)
     except (cbor2.CBORDecodeError, ValueError, RecursionError) as exc:
         raise UploadError(f"undecodable message: {exc}") from None
-    if not isinstance(obj, list) or not obj or obj[0] != kind or len(obj) != arity:
+    if not isinstance(obj, list) or not obj:
+        raise UploadError(f"expected a message, got {str(obj)[:80]}")
+    return obj
+
+
+def _parse(data: bytes, kind: str, arity: int) -> list[Any]:
+    obj = _decode(data)
+    if obj[0] != kind or len(obj) != arity:
         raise UploadError(f"expected {kind!r} with {arity - 1} fields, got {str(obj)[:80]}")
     return obj
 
@@ -132,11 +143,9 @@ class Collector:
         """One device connection: authenticate, then take files until it hangs up."""
         peer = "unauthenticated peer"
         try:
-            with trio.fail_after(10):
-                session = SecureSession.responder(self.identity, self.fleet)
-                session.start()
-                messages = _Messages(stream, 2 * CHUNK)
-                await messages.handshake(session)
+            session, messages = await accept_secure(
+                stream, self.identity, self.fleet, 2 * CHUNK, HANDSHAKE_TIMEOUT
+            )
             peer = f"{session.peer_id:016x}"
             channel = _Channel(stream, session, messages)
             while True:
@@ -292,14 +301,8 @@ async def upload_spool(
     if not files:
         return
     host, port = parse_address(address)
-    with trio.fail_after(10):
-        stream = await trio.open_tcp_stream(host, port)
+    stream, session, messages = await dial_secure(host, port, identity, fleet, HANDSHAKE_TIMEOUT)
     try:
-        session = SecureSession.initiator(identity, fleet)
-        with trio.fail_after(10):
-            await stream.send_all(frame(session.start()))
-            messages = _Messages(stream, MAX_HANDSHAKE_SIZE)
-            await messages.handshake(session)
         channel = _Channel(stream, session, messages)
         for path in files:
             await _upload_file(channel, path, stats)
@@ -328,11 +331,8 @@ async def _upload_file(channel: _Channel, path: Path, stats: UploadStats) -> Non
 
 
 def _parse_answer(data: bytes) -> list[Any]:
-    try:
-        obj = cbor2.loads(data)
-    except (cbor2.CBORDecodeError, ValueError) as exc:
-        raise UploadError(f"undecodable answer: {exc}") from None
-    if not isinstance(obj, list) or not obj or obj[0] not in ("resume", "have", "landed", "error"):
+    obj = _decode(data)
+    if obj[0] not in ("resume", "have", "landed", "error"):
         raise UploadError(f"unexpected answer {str(obj)[:80]}")
     return obj
 
