@@ -30,6 +30,7 @@ import pytest
 from p2p.telemetry import (
     BUCKETS,
     HISTOGRAMS,
+    NODE_COUNTERS,
     TelemetryError,
     empty_histogram,
     iter_items,
@@ -81,22 +82,7 @@ def rec(device: str, boot: int, seq: int, t: float, kind: str, **fields: Any) ->
 
 
 def node(device: str, boot: int, seq: int, t: float, rss: int) -> dict[str, Any]:
-    counters = dict.fromkeys(
-        (
-            "connections",
-            "packets_sent",
-            "packets_received",
-            "frames_sent",
-            "frames_received",
-            "bytes_sent",
-            "bytes_received",
-            "suspicions",
-            "repairs",
-            "rejected",
-            "dropped",
-        ),
-        seq + 1,
-    )
+    counters = dict.fromkeys((c for c in NODE_COUNTERS if c != "rss_bytes"), seq + 1)
     return rec(device, boot, seq, t, "node", rss_bytes=rss, cpu_s=0.25 * (seq + 1), **counters)
 
 

@@ -75,6 +75,7 @@ from p2p.telemetry._schema import (
     EVENTS,
     HISTOGRAMS,
     MAX_RECORD_BYTES,
+    NODE_COUNTERS,
     TelemetryError,
     percentile,
     validate,
@@ -400,18 +401,8 @@ class _Device:
     quarantined: int = 0
 
 
-DEVICE_COUNTERS = (
-    "packets_sent",
-    "packets_received",
-    "frames_sent",
-    "frames_received",
-    "bytes_sent",
-    "bytes_received",
-    "suspicions",
-    "repairs",
-    "rejected",
-    "dropped",
-)
+DEVICE_COUNTERS = tuple(c for c in NODE_COUNTERS if c not in ("rss_bytes", "connections"))
+"""The node counters summed per device (RSS and connections are gauges: mean and max)."""
 
 
 class _Run:
@@ -779,44 +770,29 @@ def _window_row(
     width: float, span: tuple[float, float], kv: tuple[tuple[float, str], list[Any]]
 ) -> tuple[Any, ...]:
     (ws, topic), v = kv
-    records, devices, pubs, deliveries, held = v[:5]
-    hists = v[5 : 5 + NH]
-    secs = _covered(ws, width, span)
     return (
         _ts(ws),
         _ts(ws + width),
         topic,
-        records,
-        devices,
-        pubs,
-        deliveries,
-        held,
-        _rate(pubs, secs),
-        _rate(deliveries, secs),
-        *_all_pcts(hists),
-        *hists,
+        *_traffic(v, _covered(ws, width, span)),
+        *v[5 : 5 + NH],
     )
 
 
 def _topic_row(span: tuple[float, float], kv: tuple[str, list[Any]]) -> tuple[Any, ...]:
     topic, v = kv
+    return (topic, *_traffic(v, span[1] - span[0]), _ts(v[-2]), _ts(v[-1]), *v[5 : 5 + NH])
+
+
+def _traffic(v: list[Any], secs: float) -> tuple[Any, ...]:
+    """The columns a topic row and a window row share: counts, rates over ``secs``, percentiles.
+
+    ``v`` is a merged partial: records, devices, publications, deliveries,
+    held, then the histograms.
+    """
     records, devices, pubs, deliveries, held = v[:5]
-    hists = v[5 : 5 + NH]
-    secs = span[1] - span[0]
-    return (
-        topic,
-        records,
-        devices,
-        pubs,
-        deliveries,
-        held,
-        _rate(pubs, secs),
-        _rate(deliveries, secs),
-        *_all_pcts(hists),
-        _ts(v[-2]),
-        _ts(v[-1]),
-        *hists,
-    )
+    rates = (_rate(pubs, secs), _rate(deliveries, secs))
+    return (records, devices, pubs, deliveries, held, *rates, *_all_pcts(v[5 : 5 + NH]))
 
 
 def _fleet_row(
