@@ -57,6 +57,25 @@ def execute(tasks: list[T], jobs: int, run: Callable[[T], dict[str, Any]]) -> li
     return results
 
 
+def sizes_ok(seeds: int, min_nodes: int, max_nodes: int) -> bool:
+    """Whether a sweep's sizes make sense; if not, say so on stderr."""
+    if seeds < 1 or min_nodes < 2 or max_nodes < min_nodes:
+        print("need --seeds >= 1 and 2 <= --min-nodes <= --max-nodes", file=sys.stderr)
+        return False
+    return True
+
+
+def run_measured(
+    tasks: list[T], jobs: int, run: Callable[[T], dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """The machine (described before running: the code the runs import is this one),
+    the results of :func:`execute` and its wall time in seconds."""
+    host = machine()
+    started = time.perf_counter()
+    results = execute(tasks, jobs, run)
+    return host, results, time.perf_counter() - started
+
+
 def machine() -> dict[str, Any]:
     """Python, CPU count, git HEAD and the uncommitted files of the cores."""
 

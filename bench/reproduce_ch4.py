@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._common import ROOT, execute, fmt, machine, mean, powers
+from bench._common import ROOT, fmt, mean, powers, run_measured, sizes_ok
 from p2p.sim import DelayModel, Simulation
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "ch4.json"
@@ -679,13 +679,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.out is None:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    if args.seeds < 1 or args.min_nodes < 2 or args.max_nodes < args.min_nodes:
-        print("need --seeds >= 1 and 2 <= --min-nodes <= --max-nodes", file=sys.stderr)
+    if not sizes_ok(args.seeds, args.min_nodes, args.max_nodes):
         return 2
-    host = machine()  # before running: the code the runs import is this one
-    started = time.perf_counter()
-    results = execute(plan(args), args.jobs, run_task)
-    wall = time.perf_counter() - started
+    host, results, wall = run_measured(plan(args), args.jobs, run_task)
     doc: dict[str, Any] = {
         "command": "python -m bench.reproduce_ch4 "
         + " ".join(sys.argv[1:] if argv is None else argv),

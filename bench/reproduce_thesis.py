@@ -57,12 +57,12 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._common import ROOT, execute, fmt, machine, mean, powers
+from bench._common import ROOT, fmt, mean, powers, run_measured, sizes_ok
 from p2p.sim import DelayModel, Simulation
 from p2p.sim._frames import Frame
 from topics import Delivered, Event, Received, SRPTNode
@@ -581,6 +581,18 @@ def _find(points: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
     return None
 
 
+def _main_pairs(
+    points: list[dict[str, Any]],
+) -> Iterator[tuple[int, int, dict[str, Any], dict[str, Any]]]:
+    """``(n, publisher %, VCube-PS means, SRPT means)`` of the main runs, by size then %."""
+    for n in sorted({p["n"] for p in points}):
+        for pct in (25, 100):
+            vc = _find(points, n=n, pct=pct, protocol="vcube-ps", variant="main")
+            sr = _find(points, n=n, pct=pct, protocol="srpt", variant="main")
+            if vc is not None and sr is not None:
+                yield n, pct, vc, sr
+
+
 # ----------------------------------------------------------------- reporting
 
 
@@ -592,18 +604,13 @@ def table_single(points: list[dict[str, Any]]) -> str:
         "| SRPT false pos. | seeds |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n in sorted({p["n"] for p in points}):
-        for pct in (25, 100):
-            vc = _find(points, n=n, pct=pct, protocol="vcube-ps", variant="main")
-            sr = _find(points, n=n, pct=pct, protocol="srpt", variant="main")
-            if vc is None or sr is None:
-                continue
-            lines.append(
-                f"| {n} | {pct}% | {fmt(vc['reception_mean'])} | {fmt(sr['reception_mean'])} "
-                f"| {sr['reception_mean'] / vc['reception_mean']:.2f} | {fmt(vc['pub_packets'])} "
-                f"| {fmt(sr['pub_packets'])} | {sr['pub_packets'] / vc['pub_packets']:.2f} "
-                f"| {fmt(sr['false_positives'])} | {vc['seeds']:.0f} |"
-            )
+    for n, pct, vc, sr in _main_pairs(points):
+        lines.append(
+            f"| {n} | {pct}% | {fmt(vc['reception_mean'])} | {fmt(sr['reception_mean'])} "
+            f"| {sr['reception_mean'] / vc['reception_mean']:.2f} | {fmt(vc['pub_packets'])} "
+            f"| {fmt(sr['pub_packets'])} | {sr['pub_packets'] / vc['pub_packets']:.2f} "
+            f"| {fmt(sr['false_positives'])} | {vc['seeds']:.0f} |"
+        )
     lines.append("")
     lines.append(
         "Thesis (4096 nodes, 25 %): VCube-PS 533, SRPT 720 u.t.; SRPT sends 1.79x the PUB "
@@ -620,22 +627,17 @@ def table_several(points: list[dict[str, Any]]) -> str:
         "| wall VC+SRPT (s) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n in sorted({p["n"] for p in points}):
-        for pct in (25, 100):
-            vc = _find(points, n=n, pct=pct, protocol="vcube-ps", variant="main")
-            sr = _find(points, n=n, pct=pct, protocol="srpt", variant="main")
-            if vc is None or sr is None:
-                continue
-            growth = "-"
-            low = _find(points, n=n, pct=25, protocol="vcube-ps", variant="main")
-            if pct == 100 and low is not None:
-                growth = f"{vc['reception_mean'] / low['reception_mean'] - 1:+.1%}"
-            lines.append(
-                f"| {n} | {pct}% | {fmt(vc['reception_mean'])} | {fmt(sr['reception_mean'])} "
-                f"| {sr['reception_mean'] / vc['reception_mean']:.2f} "
-                f"| {fmt(sr['reception_mean'] - vc['reception_mean'])} | {growth} "
-                f"| {vc['seeds']:.0f} | {vc['wall_s_max']:.0f}+{sr['wall_s_max']:.0f} |"
-            )
+    for n, pct, vc, sr in _main_pairs(points):
+        growth = "-"
+        low = _find(points, n=n, pct=25, protocol="vcube-ps", variant="main")
+        if pct == 100 and low is not None:
+            growth = f"{vc['reception_mean'] / low['reception_mean'] - 1:+.1%}"
+        lines.append(
+            f"| {n} | {pct}% | {fmt(vc['reception_mean'])} | {fmt(sr['reception_mean'])} "
+            f"| {sr['reception_mean'] / vc['reception_mean']:.2f} "
+            f"| {fmt(sr['reception_mean'] - vc['reception_mean'])} | {growth} "
+            f"| {vc['seeds']:.0f} | {vc['wall_s_max']:.0f}+{sr['wall_s_max']:.0f} |"
+        )
     lines.append("")
     lines.append(
         "Thesis: SRPT about one hop (~100 u.t.) slower up to 128 nodes, 2.48x VCube-PS at "
@@ -644,9 +646,9 @@ def table_several(points: list[dict[str, Any]]) -> str:
     )
     n_max = max(p["n"] for p in points)
     lines += ["", _table_what_if(points, n_max)]
-    vc = _find(points, n=n_max, pct=100, protocol="vcube-ps", variant="main")
-    sr = _find(points, n=n_max, pct=100, protocol="srpt", variant="main")
-    if vc is None or sr is None:
+    vcm = _find(points, n=n_max, pct=100, protocol="vcube-ps", variant="main")
+    srm = _find(points, n=n_max, pct=100, protocol="srpt", variant="main")
+    if vcm is None or srm is None:
         return "\n".join(lines)
     vc0 = _find(points, n=n_max, pct=100, protocol="vcube-ps", variant="const-tpp")
     sr0 = _find(points, n=n_max, pct=100, protocol="srpt", variant="const-tpp")
@@ -672,17 +674,18 @@ def table_several(points: list[dict[str, Any]]) -> str:
         v0 = fmt(vc0["queue_bins_incl"][i]) if vc0 else "-"
         s0 = fmt(sr0["queue_bins_incl"][i]) if sr0 else "-"
         lines.append(
-            f"| {name} | {fmt(vc['queue_bins_enqueue'][i])} | {fmt(sr['queue_bins_enqueue'][i])} "
-            f"| {fmt(vc['queue_bins_time_avg'][i])} | {fmt(sr['queue_bins_time_avg'][i])} "
-            f"| {fmt(vc['queue_bins_incl'][i])} | {fmt(sr['queue_bins_incl'][i])} "
+            f"| {name} | {fmt(vcm['queue_bins_enqueue'][i])} | {fmt(srm['queue_bins_enqueue'][i])} "
+            f"| {fmt(vcm['queue_bins_time_avg'][i])} | {fmt(srm['queue_bins_time_avg'][i])} "
+            f"| {fmt(vcm['queue_bins_incl'][i])} | {fmt(srm['queue_bins_incl'][i])} "
             f"| {v0} | {s0} | {tv} | {ts} |"
         )
     lines += [
         "",
-        f"SRPT root: {sr['hub_packets_sent']:.0f} packets sent, per-enqueue queue mean "
-        f"{sr['hub_queue_mean']:.0f} (stdev {sr['hub_queue_stdev']:.0f}), time-avg "
-        f"{sr['hub_queue_time_avg']:.0f}; thesis: mean 9240 (stdev 4617).  VCube-PS busiest "
-        f"node: {vc['hub_packets_sent']:.0f} packets, per-enqueue mean {vc['hub_queue_mean']:.1f}.",
+        f"SRPT root: {srm['hub_packets_sent']:.0f} packets sent, per-enqueue queue mean "
+        f"{srm['hub_queue_mean']:.0f} (stdev {srm['hub_queue_stdev']:.0f}), time-avg "
+        f"{srm['hub_queue_time_avg']:.0f}; thesis: mean 9240 (stdev 4617).  VCube-PS busiest "
+        f"node: {vcm['hub_packets_sent']:.0f} packets, "
+        f"per-enqueue mean {vcm['hub_queue_mean']:.1f}.",
     ]
     return "\n".join(lines)
 
@@ -817,13 +820,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.exp2_max_nodes = 128 if args.quick else 1024
     if args.out is None:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
-    if args.seeds < 1 or args.min_nodes < 2 or args.max_nodes < args.min_nodes:
-        print("need --seeds >= 1 and 2 <= --min-nodes <= --max-nodes", file=sys.stderr)
+    if not sizes_ok(args.seeds, args.min_nodes, args.max_nodes):
         return 2
-    host = machine()  # before running: the code the runs import is this one
-    started = time.perf_counter()
-    results = execute(plan(args), args.jobs, run_task)
-    wall = time.perf_counter() - started
+    host, results, wall = run_measured(plan(args), args.jobs, run_task)
     points = aggregate(results)
     doc: dict[str, Any] = {
         "command": "python -m bench.reproduce_thesis "
