@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
+from p2p.telemetry._generate import parse_time
 from p2p.telemetry._schema import (
     BUCKETS,
     EVENTS,
@@ -92,9 +93,6 @@ LAYOUT = re.compile(r"date=(\d{4}-\d{2}-\d{2}|unknown)/device=([0-9a-f]{16})/(\d
 REASONS = ("undecodable", "oversize", "schema_version", "invalid", "misplaced", "unreadable")
 """Why an item is quarantined."""
 TABLES = ("devices", "topics", "windows", "fleet", "timeline", "quarantine")
-MAX_T = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp()
-"""Records with a later ``t`` are quarantined (``invalid``, field ``t``): Spark timestamps end
-in year 9999, although the schema only asks for a positive finite ``t``."""
 HEX_PREFIX = 64
 """Bytes of a quarantined item kept (as hex)."""
 TARGET_TASK_BYTES = 64 << 20
@@ -152,15 +150,7 @@ def _local(path: str) -> str:
 
 def parse_when(text: str | None) -> float | None:
     """``--since``/``--until``: an ISO date or datetime (naive means UTC) as Unix seconds."""
-    if text is None:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise TelemetryError(f"not an ISO date or datetime: {text!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
+    return None if text is None else parse_time(text)
 
 
 def _ts(t: float | None) -> dt.datetime | None:
@@ -232,12 +222,7 @@ def list_landing(
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             lf = _landing_file(full, rel, os.path.getsize(full))
-            if lf is None:
-                skipped.append(rel)
-            elif _pruned(lf.date, since):
-                pruned += 1
-            else:
-                files.append(lf)
+            pruned += _triage(lf, rel, since, files, skipped)
     return files, skipped, pruned
 
 
@@ -246,6 +231,24 @@ def _landing_file(full: str, rel: str, size: int) -> LandingFile | None:
     if m is None:
         return None
     return LandingFile(full, size, m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+
+
+def _triage(
+    lf: LandingFile | None,
+    rel: str,
+    since: float | None,
+    files: list[LandingFile],
+    skipped: list[str],
+) -> int:
+    """File a listed path: not a landing file (``skipped``), before ``--since`` (returns 1,
+    pruned), or one to read (``files``)."""
+    if lf is None:
+        skipped.append(rel)
+        return 0
+    if _pruned(lf.date, since):
+        return 1
+    files.append(lf)
+    return 0
 
 
 def _pruned(date: str, since: float | None) -> bool:
@@ -268,7 +271,9 @@ def _list_uri(
         raise TelemetryError(f"landing directory {landing} does not exist")
     root = fs.makeQualified(path).toString().rstrip("/")
     statuses = fs.globStatus(jvm.org.apache.hadoop.fs.Path(base + "/date=*/device=*/*")) or []
-    files, skipped, pruned = [], [], 0
+    files: list[LandingFile] = []
+    skipped: list[str] = []
+    pruned = 0
     for st in statuses:
         full = st.getPath().toString()
         rel = full[len(root) + 1 :] if full.startswith(root + "/") else full
@@ -276,12 +281,7 @@ def _list_uri(
         if st.isDirectory() or name.startswith(("_", ".")) or name.endswith(".tmp"):
             continue
         lf = _landing_file(full, rel, int(st.getLen()))
-        if lf is None:
-            skipped.append(rel)
-        elif _pruned(lf.date, since):
-            pruned += 1
-        else:
-            files.append(lf)
+        pruned += _triage(lf, rel, since, files, skipped)
     return sorted(files, key=lambda f: f.path), sorted(skipped), pruned
 
 
@@ -493,10 +493,6 @@ class _Task:
                     reason, fld = classify(str(exc), True)
                     acc.quarantined += 1
                     self._bad(lf, start, reason, fld, str(exc), blob[start:end])
-                    continue
-                if rec["t"] > MAX_T:  # valid for the schema, but no timestamp can hold it
-                    acc.quarantined += 1
-                    self._bad(lf, start, "invalid", "t", "t: beyond year 9999", blob[start:end])
                     continue
                 if rec["device"] != device:
                     acc.quarantined += 1
