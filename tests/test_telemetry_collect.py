@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _telemetry import landed
 
 from p2p import Node, NodeConfig, open_node
 from p2p._identity import add_node, init_fleet, load_node
 from p2p._node import dial_secure
-from p2p.telemetry import iter_items, validate
 from p2p.telemetry._collector import (
     Collector,
     UploadStats,
@@ -26,17 +26,6 @@ def _fleet(tmp_path: Path, names: list[str]) -> None:
     init_fleet(tmp_path / "fleet", psk=False)
     for name in names:
         add_node(tmp_path / "fleet", tmp_path / name)
-
-
-def landed(landing: Path) -> list[dict[str, Any]]:
-    out = []
-    for f in sorted(landing.glob("date=*/device=*/*.cbor")):
-        for item, err in iter_items(f.read_bytes()):
-            assert err is None, (f, err)
-            rec = validate(item)
-            assert f.parent.name == f"device={rec['device']}"
-            out.append(rec)
-    return out
 
 
 def snapshot(landing: Path) -> dict[str, bytes]:

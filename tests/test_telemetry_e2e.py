@@ -8,24 +8,14 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
+from _telemetry import landed
 
 from edge_examples.telemetry_demo import run_fleet
-from p2p.telemetry import iter_items, validate
 
 pytestmark = pytest.mark.slow
-
-
-def _landed(landing: Path) -> list[dict[str, Any]]:
-    out = []
-    for f in sorted(landing.glob("date=*/device=*/*.cbor")):
-        for item, err in iter_items(f.read_bytes()):
-            assert err is None, (f, err)
-            out.append(validate(item))
-    return out
 
 
 def test_real_fleet_to_spark_aggregates(tmp_path: Path) -> None:
@@ -34,7 +24,7 @@ def test_real_fleet_to_spark_aggregates(tmp_path: Path) -> None:
     from p2p.telemetry._job import Options, run
 
     collector = trio.run(run_fleet, tmp_path, 3, 4.0)
-    recs = _landed(tmp_path / "landing")
+    recs = landed(tmp_path / "landing")
     assert collector.stats.records_landed == len(recs) > 0
     spark = (
         SparkSession.builder.master("local[2]")
