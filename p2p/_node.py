@@ -627,9 +627,8 @@ class Node:
                 self._link(sender).put_exchange(self.known_records(), reply=False)
             else:
                 log.warning("peer %016x asked for records without sending its own", sender)
-        if news:
-            overlay = Hypercube(self.members())
-            for neighbour in overlay.children(self.id, self.id):
+        if news:  # add_peer has already given the core the new view
+            for neighbour in self.core.overlay.children(self.id, self.id):
                 if neighbour != sender:
                     self._link(neighbour).put_exchange([self.record, *news], reply=False)
 
