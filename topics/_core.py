@@ -88,10 +88,24 @@ class _Pending:
     """A round this node forwarded (or started) whose ACKs are not all back.
 
     ``view`` and ``bounds`` gather membership for SUB rounds only; the other
-    rounds (the hot path) allocate neither.
+    rounds (the hot path) allocate neither.  ``sent`` keeps the packet each
+    child got, so a crashed child's share can be sent again to the next
+    correct node of its cluster (:meth:`VCubePS.crashed`); ``replaced`` are
+    children repaired away, whose ACKs may still come and are ignored.
     """
 
-    __slots__ = ("bounds", "ids", "kind", "parent", "topic", "view", "waiting")
+    __slots__ = (
+        "bounds",
+        "ids",
+        "kind",
+        "lives",
+        "parent",
+        "replaced",
+        "sent",
+        "topic",
+        "view",
+        "waiting",
+    )
 
     def __init__(
         self,
@@ -106,10 +120,31 @@ class _Pending:
         self.parent = parent
         self.waiting = waiting
         self.ids = ids
+        self.sent: dict[int, Packet] = {}
+        self.lives: dict[int, int] | None = None
+        """Incarnation each child was known by when it was sent the round (if not 0)."""
+        self.replaced: set[int] | None = None
         self.view: dict[int, ViewEntry] | None = None
         self.bounds: dict[tuple[int, int], int] | None = None
         if kind == "SUB":
             self.view, self.bounds = {}, {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Relay:
+    """Publications of a crashed source that this node passes on (see :meth:`VCubePS.crashed`)."""
+
+    messages: tuple[PubMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Announce:
+    """Tell ``dest`` (which just joined) this node's subscription (see :meth:`VCubePS.joined`)."""
+
+    dest: int
+
+
+QueueItem = PubMessage | ViewEntry | _Relay | _Announce
 
 
 class _Held:
@@ -136,7 +171,7 @@ class _Topic:
     published: bool = False
     last_pub: int = -1
     last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
-    queue: deque[PubMessage | ViewEntry] = field(default_factory=deque)
+    queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -148,6 +183,10 @@ class _Topic:
     held: dict[int, dict[MsgId, _Held]] = field(default_factory=dict)
     waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
     kids_cache: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # The last round received from each source: what this node relays if it crashes.
+    last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
+    # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
+    retired: dict[int, int] = field(default_factory=dict)
 
     def subscribers(self) -> tuple[int, ...]:
         """The subscribers in the view, sorted (cached until the view changes)."""
@@ -163,6 +202,15 @@ class _Topic:
         self.view[entry.node] = entry
         self.subs_cache = None
         self.kids_cache = {}
+
+    def drop_entry(self, node: int) -> None:
+        """Forget ``node`` (it crashed): it is no longer in any tree of this topic."""
+        if self.view_shared:
+            self.view, self.view_shared = dict(self.view), False
+        if self.view.pop(node, None) is not None:
+            self.subs_cache = None
+            self.kids_cache = {}
+        self.learned_at.pop(node, None)
 
     def tree_kids(self, me: int, root: int) -> tuple[int, ...]:
         """My children in ``root``'s tree over the subscribers I know (cached per view)."""
@@ -221,6 +269,20 @@ class VCubePS:
         """Round packets held back from a child by causal aggregation."""
         self.mistaken_holds = 0
         """Holds released because the blocker's round had no packet for the child."""
+        self._dead: dict[int, int] = {}
+        """Crashed nodes: the newest incarnation of each known to have crashed."""
+        self._life: dict[int, int] = {}
+        """Newest incarnation of each node known to be (or have been) alive."""
+        self._repair_of: dict[RoundId, RoundId] = {}
+        self._repairs = 0
+        self._stale: set[RoundId] = set()
+        self._stale_order: deque[RoundId] = deque()
+        self.repaired = 0
+        """Sub-trees sent again to the next correct node after a child crashed."""
+        self.relayed = 0
+        """Rounds of crashed sources this node passed on."""
+        self.duplicates = 0
+        """Publications received again (retransmissions, relays) and dropped by id."""
 
     def __repr__(self) -> str:
         subs = sorted(t for t, s in self._topics.items() if s.subscribed)
@@ -340,6 +402,144 @@ class VCubePS:
             state.bounds = {}
             self._counter = max(self._counter, 1)
 
+    # ----------------------------------------------------------------- failures
+
+    def crashed(self, node: int, incarnation: int, now: float) -> list[Output]:
+        """``node`` (every incarnation up to ``incarnation``) crashed: repair around it.
+
+        The failure detector delivers this fact; the driver has already given
+        :meth:`set_overlay` a membership without ``node``.  Every node does:
+
+        * forget it: it leaves every topic's view (so no later tree has it) and
+          its membership ops stop being waited for;
+        * relay: a subscriber passes on the last round it received from
+          ``node`` over its own tree, because that round may not have reached
+          everyone (a source has one round in flight per topic, so earlier
+          rounds did); receivers drop what they have by id, so every
+          publication of ``node`` that some correct subscriber holds reaches
+          all of them (agreement);
+        * repair: where ``node`` is a child this node still waits for, its
+          share of the round goes to the next correct node of its cluster,
+          which takes over the whole sub-cube (:meth:`_repair_child`); the ACK
+          wave then completes around the crash.
+
+        Idempotent; never raises for a node it does not know.
+        """
+        if node == self.id:
+            raise LocalProtocolError("a node cannot declare itself crashed")
+        if self._dead.get(node, -1) >= incarnation:
+            return []
+        self._dead[node] = incarnation
+        out: list[Output] = []
+        for state in self._topics.values():
+            out.extend(self._forget(state, node, incarnation))
+        for rid, pending in list(self._pending.items()):
+            if node in pending.waiting and self._sent_to_life(pending, node) <= incarnation:
+                out.extend(self._repair_child(rid, pending, node))
+        return out
+
+    @staticmethod
+    def _sent_to_life(pending: _Pending, child: int) -> int:
+        """The incarnation of ``child`` this node knew when it sent the round (a
+        lower bound on the one that got it: a crash of a newer one cannot be it)."""
+        return pending.lives.get(child, 0) if pending.lives is not None else 0
+
+    def joined(self, node: int, incarnation: int, now: float) -> list[Output]:
+        """``node`` is up as ``incarnation``; any older incarnation of it crashed.
+
+        A node that joins (or comes back) missed the SUB rounds flooded while
+        it was not in others' overlays, and a publication that names one of
+        those ops would wait for it forever there.  So each subscriber tells
+        it its own subscription, in a one-destination round queued behind its
+        own operations (so per-source order of ops is kept).
+        """
+        if node == self.id or incarnation < self._life.get(node, 0):
+            return []
+        self._life[node] = incarnation
+        out = self.crashed(node, incarnation - 1, now) if incarnation > 0 else []
+        for state in self._topics.values():
+            if state.subscribed:
+                out.extend(self._enqueue(state, _Announce(node), now))
+        return out
+
+    def _known_dead(self, node: int) -> bool:
+        """Crashed, with no sign of a newer incarnation (so a packet to it is lost)."""
+        dead = self._dead.get(node)
+        return dead is not None and self._life.get(node, 0) <= dead
+
+    def _is_dead(self, node: int, incarnation: int | None = None) -> bool:
+        dead = self._dead.get(node)
+        return dead is not None and (incarnation is None or incarnation <= dead)
+
+    def _forget(self, state: _Topic, node: int, incarnation: int) -> list[Output]:
+        """Drop ``node`` from ``state``; release what waited on its ops; relay its last round."""
+        entry = state.view.get(node)
+        if entry is not None and entry.incarnation <= incarnation:
+            state.drop_entry(node)
+        out = self._release(state, state.buffer.retire_below(op_stream(node), incarnation + 1))
+        out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
+        for stream in [k for k in state.last_round if k[0] == node and k[1] <= incarnation]:
+            messages = state.last_round.pop(stream)
+            if state.subscribed and len(state.subscribers()) > 1:
+                self.relayed += 1
+                out.extend(self._enqueue(state, _Relay(messages), 0.0))
+        return out
+
+    def _repair_child(self, rid: RoundId, pending: _Pending, dead: int) -> list[Output]:
+        """Send ``dead``'s share of round ``rid`` to the next correct node of its cluster.
+
+        The share (everything below ``dead`` in the tree) lies in one cluster
+        of this node, so its XOR-closest correct member becomes the new child
+        and covers the rest, exactly as the tree built without ``dead`` would.
+        The copy travels as a repair round ``R'`` of this node (a negative
+        number, so it never collides with a source's rounds) whose ACK counts
+        for ``dead``'s.  Receivers that had the round already drop its
+        publications by id and forward it anyway: their own sub-trees may miss it.
+        """
+        pkt = pending.sent.pop(dead, None)
+        pending.waiting.discard(dead)
+        if pending.replaced is None:
+            pending.replaced = set()
+        pending.replaced.add(dead)
+        out: list[Output] = []
+        new = self._repair_packet(pkt, dead) if pkt is not None else None
+        if new is not None:
+            child, packet = new
+            self._repair_of[packet.round] = rid
+            pending.waiting.add(child)
+            pending.sent[child] = packet
+            self._note_lives(pending, [child])
+            self.repaired += 1
+            out.append(Send(child, packet))
+        elif not pending.waiting:
+            out.extend(self._finish(rid, pending))
+        return out
+
+    def _repair_packet(self, pkt: Packet, dead: int) -> tuple[int, Sub | PubRound | Uns] | None:
+        """The repair copy of ``pkt`` (sent to ``dead``) and its new receiver, if any is left."""
+        self._repairs += 1
+        rid = RoundId(self.id, self.incarnation, -self._repairs)
+        if isinstance(pkt, Sub):
+            child = self.overlay.first_child(self.id, cluster(self.id, dead))
+            return None if child is None else (child, Sub(rid, pkt.topic, pkt.op))
+        if not isinstance(pkt, PubRound | Uns):
+            return None
+        share = [d for d in pkt.dests if not self._known_dead(d)]
+        if not share:
+            return None
+        ((child, rest),) = partition_sorted(self.id, share)
+        if isinstance(pkt, PubRound):
+            return child, PubRound(rid, pkt.topic, pkt.messages, rest)
+        return child, Uns(rid, pkt.topic, pkt.op, rest)
+
+    def _retire(self, rid: RoundId) -> None:
+        """Remember a repaired round, so late ACKs of repaired-away children are
+        ignored rather than blamed on an honest peer (bounded memory)."""
+        self._stale.add(rid)
+        self._stale_order.append(rid)
+        if len(self._stale_order) > self.config.max_pending_rounds:
+            self._stale.discard(self._stale_order.popleft())
+
     # ----------------------------------------------------------------- network
 
     def receive(self, sender: int, packet: Packet, now: float) -> list[Output]:
@@ -379,39 +579,47 @@ class VCubePS:
         if len(self._pending) >= cfg.max_pending_rounds:
             raise RemoteProtocolError("too many rounds awaiting acknowledgement")
 
-    @staticmethod
-    def _check_fifo(
-        last_rx: dict[tuple[int, int], int], rid: RoundId, messages: tuple[PubMessage, ...]
-    ) -> int | None:
-        """Reject a round whose publications are not its source's, in increasing order,
-        after everything already received from that source; return the new last seq.
+    def _fresh(
+        self, last_rx: dict[tuple[int, int], int], messages: tuple[PubMessage, ...]
+    ) -> tuple[tuple[PubMessage, ...], int | None]:
+        """The publications of a round not received before, and the stream's new last seq.
 
-        Honest sources never break this (their rounds are sequential and a node
-        receives each round once), so it also rejects duplicates up front.
+        A round carries publications of one stream (its source's, or a crashed
+        source's when relayed) in increasing order; anything else is rejected.
+        Those at or below what was already received from the stream are
+        duplicates of a retransmission or relay, dropped by id: an honest
+        stream only ever arrives again as a repeat of a prefix, because its
+        rounds are sequential and a source sends a round again only in full.
         Pure: the caller records the result only once every check passed.
         """
         if not messages:
-            return None
-        stream = (rid.source, rid.incarnation)
-        last = last_rx.get(stream, -1)
+            return (), None
+        source, inc = messages[0].id.source, messages[0].id.incarnation
+        last = before = last_rx.get((source, inc), -1)
+        prev = -1
         for msg in messages:
-            if (msg.id.source, msg.id.incarnation) != stream or msg.id.seq <= last:
-                raise RemoteProtocolError(
-                    f"publication {msg.id!r} received twice, out of order, or not from {rid!r}"
-                )
-            last = msg.id.seq
-        return last
+            if (msg.id.source, msg.id.incarnation) != (source, inc) or msg.id.seq <= prev:
+                raise RemoteProtocolError(f"round mixes streams or is out of order at {msg.id!r}")
+            prev = msg.id.seq
+        last = max(last, prev)
+        if messages[0].id.seq > before:
+            return messages, last
+        fresh = tuple(m for m in messages if m.id.seq > before)
+        self.duplicates += len(messages) - len(fresh)
+        return fresh, (last if fresh else None)
 
     def _on_sub(self, sender: int, packet: Sub) -> list[Output]:
-        if sender == self.id or packet.op.node != packet.round.source:
+        repair = packet.round.number < 0  # a repairer's copy (see _repair_child)
+        if sender == self.id or (packet.op.node != packet.round.source and not repair):
             raise RemoteProtocolError(f"malformed SUB from {sender}: {packet!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
         self._check_remote(packet.topic)
         state = self._topic(packet.topic)
         out = self._learn(state, packet.op)
-        kids = self.overlay.children_at(self.id, cluster(sender, self.id) - 1)
-        pending = _Pending(packet.topic, "SUB", sender, set(kids))
+        span = cluster(sender, self.id) - 1
+        kids = self.overlay.children_at(self.id, span)
+        pending = _Pending(packet.topic, "SUB", sender, set(kids), (packet.op.op_id,))
         out.extend(self._forward(packet.round, pending, [(k, packet) for k in kids]))
         return out
 
@@ -428,14 +636,17 @@ class VCubePS:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
         self._check_remote(packet.topic, messages)
         known = self._topics.get(packet.topic)
-        last_rx = self._check_fifo(known.last_rx if known else {}, packet.round, messages)
+        fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
-        if last_rx is not None:
-            state.last_rx[(packet.round.source, packet.round.incarnation)] = last_rx
         out: list[Output] = []
+        if messages:
+            stream = (messages[0].id.source, messages[0].id.incarnation)
+            state.last_round[stream] = messages
+            if last_rx is not None:
+                state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
-        for msg in messages:
+        for msg in fresh:
             out.extend(self._on_publication(state, msg))
         children: list[tuple[int, Packet]] = []
         for child, share in partition_sorted(self.id, dests):
@@ -448,8 +659,9 @@ class VCubePS:
             if not children:
                 out.append(self._ack_for(packet.round, pending))
             else:
-                self._pending[packet.round] = pending
+                self._track(packet.round, pending, children)
             out.extend(self._aggregate(state, messages, children))
+            out.extend(self._repair_known_dead(packet.round, pending))
             return out
         out.extend(self._forward(packet.round, pending, children))
         return out
@@ -513,6 +725,7 @@ class VCubePS:
         for d in first.deps:
             if (held is not None and d in held) or (
                 d.source != self.id
+                and d.source not in self._dead
                 and state.last_rx.get((d.source, d.incarnation), -1) < d.seq
                 and d.seq >= state.bounds.get((d.source, d.incarnation), 0)
                 and child in state.tree_kids(self.id, d.source)
@@ -554,8 +767,41 @@ class VCubePS:
         """Send a round on to ``children``; a leaf acknowledges at once (lines 48-59)."""
         if not children:
             return [self._ack_for(rid, pending)]
+        self._track(rid, pending, children)
+        out: list[Output] = [Send(child, pkt) for child, pkt in children]
+        out.extend(self._repair_known_dead(rid, pending))
+        return out
+
+    def _track(self, rid: RoundId, pending: _Pending, children: list[tuple[int, Packet]]) -> None:
+        """Record ``pending``, what each child got and which life of it (for
+        :meth:`_repair_child`)."""
+        pending.sent = dict(children)
+        if self._life:
+            self._note_lives(pending, [c for c, _ in children])
         self._pending[rid] = pending
-        return [Send(child, pkt) for child, pkt in children]
+
+    def _note_lives(self, pending: _Pending, children: list[int]) -> None:
+        for child in children:
+            life = self._life.get(child, 0)
+            if life:
+                if pending.lives is None:
+                    pending.lives = {}
+                pending.lives[child] = life
+
+    def _repair_known_dead(self, rid: RoundId, pending: _Pending) -> list[Output]:
+        """Repair at once around children already known to have crashed.
+
+        A source's tree may name a node this node heard crashed (the source
+        heard later, or of a newer incarnation this node has not seen): the
+        packet still goes to it, harmless if it is down, and its share goes to
+        the next correct node too, so the round never waits on a dead child.
+        """
+        if not self._dead:
+            return []
+        out: list[Output] = []
+        for child in [c for c in pending.waiting if self._known_dead(c)]:
+            out.extend(self._repair_child(rid, pending, child))
+        return out
 
     def _ack_for(self, rid: RoundId, pending: _Pending) -> Send:
         """The ACK this node sends its parent once its whole sub-tree has the round."""
@@ -570,7 +816,7 @@ class VCubePS:
             if entry.newer_than(merged.get(node)):
                 merged[node] = entry
         bounds = dict(pending.bounds)
-        learned = state.learned_at.get(rid.source)
+        learned = state.learned_at.get(pending.ids[0].source if pending.ids else rid.source)
         if state.published and learned is not None:
             bounds[(self.id, self.incarnation)] = learned
         return Send(
@@ -584,9 +830,14 @@ class VCubePS:
         )
 
     def _on_ack(self, sender: int, packet: Ack) -> list[Output]:
-        pending = self._pending.get(packet.round)
+        rid = self._repair_of.get(packet.round, packet.round)
+        pending = self._pending.get(rid)
+        if self._stale_ack(sender, rid, pending, repair=rid != packet.round):
+            return []
         if pending is None or pending.topic != packet.topic or sender not in pending.waiting:
             raise RemoteProtocolError(f"unexpected ACK from {sender} for {packet.round!r}")
+        if rid != packet.round:
+            del self._repair_of[packet.round]
         limit = self.config.max_view_entries
         if len(packet.view) > limit or len(packet.bounds) > limit:
             raise RemoteProtocolError(f"ACK from {sender} carries more than {limit} entries")
@@ -598,16 +849,34 @@ class VCubePS:
                 key = (b.node, b.incarnation)
                 pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
         pending.waiting.discard(sender)
+        pending.sent.pop(sender, None)
         if pending.waiting:
             return []
-        del self._pending[packet.round]
+        return self._finish(rid, pending)
+
+    def _stale_ack(
+        self, sender: int, rid: RoundId, pending: _Pending | None, *, repair: bool
+    ) -> bool:
+        """An honest ACK that no longer matters: one of the original round from a
+        child repaired away (it was wrongly taken for crashed), or for a round
+        of this node's previous incarnation.  A repair round's ACK always counts,
+        even from the same id (a newer incarnation of the crashed child)."""
+        if pending is not None:
+            return not repair and pending.replaced is not None and sender in pending.replaced
+        return rid in self._stale or (rid.source == self.id and rid.incarnation < self.incarnation)
+
+    def _finish(self, rid: RoundId, pending: _Pending) -> list[Output]:
+        """Every child acknowledged ``rid``: acknowledge upwards, or end the source's round."""
+        del self._pending[rid]
+        if pending.replaced is not None:
+            self._retire(rid)
         if pending.parent is not None:
-            return [self._ack_for(packet.round, pending)]
-        return self._round_done(packet.round, pending)
+            return [self._ack_for(rid, pending)]
+        return self._round_done(rid, pending)
 
     # ----------------------------------------------------------- source rounds
 
-    def _enqueue(self, state: _Topic, op: PubMessage | ViewEntry, now: float) -> list[Output]:
+    def _enqueue(self, state: _Topic, op: QueueItem, now: float) -> list[Output]:
         state.queue.append(op)
         return self._start_round(state) if state.in_flight is None else []
 
@@ -622,29 +891,51 @@ class VCubePS:
             rid = RoundId(self.id, self.incarnation, self._rounds)
             self._rounds += 1
             head = state.queue.popleft()
-            children: list[tuple[int, Packet]]
-            if isinstance(head, ViewEntry) and head.subscribed:
-                kids = self.overlay.children_at(self.id, ID_BITS)
-                sub = Sub(rid, state.name, head)
-                children = [(k, sub) for k in kids]
-                pending = _Pending(state.name, "SUB", None, set(kids), (head.op_id,))
-            elif isinstance(head, ViewEntry):
-                dests = partition_sorted(self.id, state.subscribers())
-                children = [(c, Uns(rid, state.name, head, share)) for c, share in dests]
-                pending = _Pending(state.name, "UNS", None, {c for c, _ in children}, (head.op_id,))
-            else:
-                batch = self._take_batch(state, head)
-                dests = partition_sorted(self.id, state.subscribers())
-                children = [(c, PubRound(rid, state.name, batch, share)) for c, share in dests]
-                ids = tuple(m.id for m in batch)
-                pending = _Pending(state.name, "PUB", None, {c for c, _ in children}, ids)
+            children, pending = self._round_for(state, rid, head)
             out.extend(Send(c, p) for c, p in children)
             if children:
                 state.in_flight = rid
-                self._pending[rid] = pending
+                self._track(rid, pending, children)
             else:
                 out.extend(self._complete(state, pending))
         return out
+
+    def _round_for(
+        self, state: _Topic, rid: RoundId, head: QueueItem
+    ) -> tuple[list[tuple[int, Packet]], _Pending]:
+        """The packets of round ``rid`` starting with ``head``, and its pending record."""
+        name = state.name
+        if isinstance(head, ViewEntry) and head.subscribed:
+            kids = self.overlay.children_at(self.id, ID_BITS)
+            sub = Sub(rid, name, head)
+            pend = _Pending(name, "SUB", None, set(kids), (head.op_id,))
+            return [(k, sub) for k in kids], pend
+        subs = state.subscribers()
+        dests = partition_sorted(self.id, subs)
+        kind: str
+        ids: tuple[MsgId, ...]
+        if isinstance(head, _Announce):
+            own = state.view.get(self.id)
+            if own is None or not own.subscribed or self._known_dead(head.dest):
+                return [], _Pending(name, "SYNC", None, set())
+            sync: list[tuple[int, Packet]] = [(head.dest, Uns(rid, name, own, ()))]
+            return sync, _Pending(name, "SYNC", None, {head.dest})
+        children: list[tuple[int, Packet]]
+        if isinstance(head, ViewEntry):
+            children = [
+                (c, Uns(rid, name, head, share)) for c, share in dests
+            ]
+            kind, ids = "UNS", (head.op_id,)
+        elif isinstance(head, _Relay):
+            batch = head.messages
+            children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
+            kind, ids = "RELAY", tuple(m.id for m in batch)
+        else:
+            batch = self._take_batch(state, head)
+            children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
+            kind, ids = "PUB", tuple(m.id for m in batch)
+        waiting = {c for c, _ in children}
+        return children, _Pending(name, kind, None, waiting, ids)
 
     def _take_batch(self, state: _Topic, head: PubMessage) -> tuple[PubMessage, ...]:
         """``head`` and the publications queued right behind it, within the round limits."""
@@ -669,6 +960,8 @@ class VCubePS:
 
     def _complete(self, state: _Topic, pending: _Pending) -> list[Output]:
         """The ACK wave of one of this node's rounds came back (line 34)."""
+        if pending.kind in ("RELAY", "SYNC"):
+            return []
         out: list[Output] = [RoundAcked(state.name, pending.kind, pending.ids)]
         if pending.kind != "SUB":
             return out
@@ -688,8 +981,16 @@ class VCubePS:
     # -------------------------------------------------------- causal delivery
 
     def _confirm(self, state: _Topic) -> list[Output]:
-        """Open delivery: every bound and learned op is now known (Subscribed)."""
+        """Open delivery: every bound and learned op is now known (Subscribed).
+
+        A source that crashed without giving a bound never learned of this
+        subscription (or its ACK died with it, before the subscription was
+        confirmed): none of its publications is post-subscription here, so
+        its streams are retired rather than waited for.
+        """
         out: list[Output] = []
+        bounded = {node for node, _ in state.bounds}
+        state.retired = {n: i for n, i in self._dead.items() if n not in bounded}
         for (node, inc), first in state.bounds.items():
             out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
         for entry in state.view.values():
@@ -727,9 +1028,8 @@ class VCubePS:
         for msg in messages:
             if msg.id.source == self.id:
                 continue
-            first = state.bounds.get((msg.id.source, msg.id.incarnation), 0)
-            ready = msg.id.seq < first or all(
-                d in arriving or state.buffer.satisfied(d) for d in _deps(msg)
+            ready = self._skipped(state, msg) or all(
+                d in arriving or state.buffer.satisfied(d) for d in self._live_deps(state, msg)
             )
             if ready:
                 arriving.add((msg.id.source, msg.id.incarnation, msg.id.seq))
@@ -739,13 +1039,40 @@ class VCubePS:
 
     def _consider(self, state: _Topic, msg: PubMessage) -> list[Output]:
         """Deliver ``msg`` now, hold it back, or skip it as older than the subscription."""
-        first = state.bounds.get((msg.id.source, msg.id.incarnation), 0)
-        if msg.id.seq < first:
+        if self._skipped(state, msg):
             return []  # not post-subscription: never delivered here, never waited for
-        if state.buffer.add(msg, _deps(msg)):
+        if state.buffer.add(msg, self._live_deps(state, msg)):
             return self._release(state, [msg])
         self._note_held()
         return []
+
+    @staticmethod
+    def _skipped(state: _Topic, msg: PubMessage) -> bool:
+        """Whether ``msg`` predates this subscription: never delivered, never waited for."""
+        src, inc = msg.id.source, msg.id.incarnation
+        return msg.id.seq < state.bounds.get((src, inc), 0) or inc <= state.retired.get(src, -1)
+
+    def _live_deps(self, state: _Topic, msg: PubMessage) -> list[Dep]:
+        """:func:`_deps` without what can never come: ops of crashed nodes (never
+        learned, nor needed) and publications of retired streams (see :meth:`_confirm`)."""
+        deps = _deps(msg)
+        if self._dead or self.incarnation:
+            deps = [d for d in deps if not self._gone(state, d)]
+        return deps
+
+    def _gone(self, state: _Topic, dep: Dep) -> bool:
+        """Whether ``dep`` names something that will never come (see :meth:`_live_deps`).
+
+        This node's own earlier incarnations count as crashed: a restarted
+        node holds nothing of its previous life.
+        """
+        stream, inc = dep[0], dep[1]
+        node = -stream - 1 if stream < 0 else stream
+        if node == self.id:
+            return inc < self.incarnation
+        if stream < 0:
+            return self._is_dead(node, inc)
+        return inc <= state.retired.get(stream, -1)
 
     def _note_held(self) -> None:
         """Keep ``pending_max`` (only called when something was just held back)."""
@@ -779,9 +1106,13 @@ class VCubePS:
         A newly learned op of another node joins the causal barrier, so the
         next publication here is causally after it.
         """
-        if not entry.newer_than(state.view.get(entry.node)):
+        if not entry.newer_than(state.view.get(entry.node)) or self._is_dead(
+            entry.node, entry.incarnation
+        ):
             return []
         state.set_entry(entry)
+        if entry.incarnation > self._life.get(entry.node, 0):
+            self._life[entry.node] = entry.incarnation
         state.learned_at[entry.node] = self._counter
         if entry.node != self.id:
             state.barrier.learned_op(entry.op_id)
@@ -792,6 +1123,18 @@ class VCubePS:
         state.set_entry(op)
         state.learned_at[self.id] = op.rc
         return op
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next publication or op of this node gets."""
+        return self._counter
+
+    def first_seq(self, seq: int) -> None:
+        """Start numbering at ``seq`` (before any activity): lets a driver keep ids
+        unique across incarnations in logs that do not name incarnations."""
+        if self._counter or self._topics:
+            raise LocalProtocolError("first_seq after activity")
+        self._counter = seq
 
     def _next_seq(self) -> int:
         seq = self._counter

@@ -36,9 +36,15 @@ Liveness (only with ``quiescent=True``, when the run is over):
 ``liveness``
     a node whose subscription to ``t`` was confirmed (``subscribed``) before a
     publication ``m`` on ``t`` and that is still subscribed at the end
-    delivered ``m``;
+    delivered ``m``, if ``m`` is *required*: its publisher did not crash
+    after publishing it (validity), or a node that is up at the end delivered
+    it (agreement);
 ``own``
-    every publisher delivered its own publication.
+    every publisher that is up at the end delivered its own publications.
+
+Failures: ``crash`` ends every subscription of its node (a crashed node is
+not correct, so nothing is required of it); ``recover`` starts the node
+afresh, as a new incarnation with no subscription and nothing delivered.
 
 How ``causal`` stays cheap: the causal past of a publication ``m`` on topic
 ``t`` is closed under "earlier publication of the same source on ``t``" (the
@@ -110,6 +116,8 @@ class _Publication:
     time: float
     publisher: int
     past: Frontier
+    life: int = 0
+    """The publisher's incarnation count when it published (see ``_Node.life``)."""
 
 
 @dataclass(slots=True)
@@ -133,6 +141,25 @@ class _Node:
     """Own publications not yet delivered: ``seq -> preceded by a delivery already``."""
     periods: dict[str, list[_Period]] = field(default_factory=dict)
     queue: deque[TraceEvent] = field(default_factory=deque)
+    life: int = 0
+    """How many times the node recovered; a life that crashed is in ``crashed``."""
+    crashed: set[int] = field(default_factory=set)
+    up: bool = True
+
+    def crash(self) -> None:
+        """End every subscription: a crashed node owes nothing any more."""
+        for periods in self.periods.values():
+            periods[-1].ended = True
+        self.subscribed.clear()
+        self.crashed.add(self.life)
+        self.up = False
+
+    def recover(self) -> None:
+        """A new incarnation: nothing subscribed, delivered or known."""
+        self.delivered, self.delivered_on = set(), defaultdict(set)
+        self.last_seq, self.known, self.own_pending = {}, {}, {}
+        self.life += 1
+        self.up = True
 
 
 def _covers(frontier: Frontier | None, source: int, seq: int) -> bool:
@@ -220,6 +247,8 @@ class TraceChecker:
             self._on_subscribed(ev)
         elif kind == "unsubscribe":
             self._on_unsubscribe(ev)
+        elif kind in ("crash", "recover"):
+            self._on_failure(ev)
         else:
             self._report("malformed", ev, f"unknown event {kind!r}")
         return []
@@ -271,6 +300,16 @@ class TraceChecker:
         node.subscribed.discard(ev.topic)
         node.periods[ev.topic][-1].ended = True
 
+    def _on_failure(self, ev: TraceEvent) -> None:
+        node = self._node(ev.node)
+        crash = ev.event == "crash"
+        if node.up != crash:
+            self._report("malformed", ev, f"{ev.event} of a node that is already so")
+        elif crash:
+            node.crash()
+        else:
+            node.recover()
+
     # ---------------------------------------------------------- publications
 
     def _on_publish(self, ev: TraceEvent) -> list[int]:
@@ -285,7 +324,7 @@ class TraceChecker:
             self._report("malformed", ev, f"publication id ({ev.source}, {ev.seq}) reused")
             return []
         known = node.known.setdefault(ev.topic, {})
-        self._pubs[key] = _Publication(ev.time, ev.node, dict(known))
+        self._pubs[key] = _Publication(ev.time, ev.node, dict(known), node.life)
         self._pub_topic[(ev.source, ev.seq)] = ev.topic
         known[ev.source] = ev.seq
         node.own_pending.setdefault(ev.topic, {})[ev.seq] = False
@@ -367,9 +406,17 @@ class TraceChecker:
     def _liveness(self) -> list[Violation]:
         out: list[Violation] = []
         by_topic: dict[str, list[tuple[float, int, int, int]]] = defaultdict(list)
+        held_by_up: dict[str, set[tuple[int, int]]] = defaultdict(set)
+        for node in self._nodes.values():
+            if node.up:
+                for topic, got in node.delivered_on.items():
+                    held_by_up[topic] |= got
         for (topic, src, seq), pub in self._pubs.items():
+            publisher = self._nodes[pub.publisher]
+            if pub.life in publisher.crashed and (src, seq) not in held_by_up[topic]:
+                continue  # died with its publisher and no correct node has it
             by_topic[topic].append((pub.time, src, seq, pub.publisher))
-            if (src, seq) not in self._nodes[pub.publisher].delivered_on[topic]:
+            if pub.life == publisher.life and (src, seq) not in publisher.delivered_on[topic]:
                 out.append(
                     Violation("own", pub.publisher, topic, f"did not deliver own ({src}, {seq})")
                 )
@@ -439,6 +486,8 @@ def assert_trace(trace: Iterable[TraceEvent], *, quiescent: bool = False) -> Non
 def check_views(sim: Simulation, topics: Iterable[str] | None = None) -> list[Violation]:
     """After quiescence: every confirmed subscriber's view is the true subscriber set.
 
+    Crashed nodes are neither checked nor expected in any view.
+
     For every VCube-PS node that is a confirmed subscriber of a topic,
     ``core.view(topic)`` (the membership gathered by SUB ACK waves and
     UNS rounds) must equal ``{n : sim.nodes[n].is_subscribed(topic)}``.
@@ -455,8 +504,9 @@ def check_views(sim: Simulation, topics: Iterable[str] | None = None) -> list[Vi
             raise ValueError("check_views needs topics= when the trace is not recorded")
         topics = {ev.topic for ev in sim.recorder.trace if ev.event == "subscribe"}
     for topic in sorted(set(topics)):
-        truth = frozenset(n for n, core in sim.nodes.items() if core.is_subscribed(topic))
-        for n, core in sim.nodes.items():
+        up = {n: core for n, core in sim.nodes.items() if n not in sim.down}
+        truth = frozenset(n for n, core in up.items() if core.is_subscribed(topic))
+        for n, core in up.items():
             if not isinstance(core, VCubePS) or not core.is_confirmed(topic):
                 continue
             view = core.view(topic)

@@ -51,7 +51,7 @@ AGGREGATION = ("on", "causal", "off")
 coalescing in the per-link outbox (thesis §6.2.2.2 hybrid)."""
 
 _ActionItem = tuple[str, int, str, bytes]
-_PacketItem = tuple[int, int, Frame]
+_PacketItem = tuple[int, int, Frame, int]
 
 Listener = Callable[["Simulation", int, float, Event], None]
 
@@ -103,6 +103,8 @@ class Simulation:
         aggregation: str = "on",
         limits: PacketLimits | None = None,
         record_links: bool = False,
+        detect_delay: float = 1000.0,
+        detect_jitter: float = 500.0,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
@@ -133,11 +135,25 @@ class Simulation:
             header=self.limits.header,
             record_links=record_links,
         )
+        if detect_delay < 0 or detect_jitter < 0:
+            raise P2PError("detect_delay and detect_jitter must be >= 0")
+        self.config = config
+        self.detect_delay = detect_delay
+        self.detect_jitter = detect_jitter
+        self.down: set[int] = set()
+        """Nodes crashed and not recovered."""
+        self.incarnation = dict.fromkeys(node_ids, 0)
+        self._known: dict[int, dict[int, tuple[int, int]]] = {n: {} for n in node_ids}
+        """Per node: what its failure detector told it of others, ``(incarnation, 1 if
+        crashed else 0)``; newest wins, so notifications may arrive in any order."""
+        self._overlays: dict[frozenset[int], Hypercube] = {frozenset(): self.overlay}
+        self.lost = 0
+        """Link packets that arrived at a crashed node."""
         self.listeners: list[Listener] = []
         """Called as ``listener(sim, node, time, event)`` for every event a core emits;
         a listener may :meth:`schedule` more actions (reactive scenarios)."""
 
-    def _make(self, node: int, config: PubSubConfig | None) -> Core:
+    def _make(self, node: int, config: PubSubConfig | None, incarnation: int = 0) -> Core:
         rng = random.Random(f"{self.seed}/{node}")
         aggregate = self.aggregation != "off"
         if self.protocol == "causal-broadcast":
@@ -147,14 +163,14 @@ class Simulation:
             salt = self.seed.to_bytes(8, "big", signed=True)
             return SRPTNode(node, overlay=self.overlay, config=config, rng=rng, salt=salt)
         config = replace(config or PubSubConfig(), aggregation=aggregate)
-        return VCubePS(node, overlay=self.overlay, config=config, rng=rng)
+        return VCubePS(node, overlay=self.overlay, config=config, rng=rng, incarnation=incarnation)
 
     def __repr__(self) -> str:
         return f"Simulation(n={len(self.ids)}, protocol={self.protocol}, now={self.now})"
 
     # ------------------------------------------------------------- scheduling
 
-    _ACTION, _ARRIVE = 0, 1
+    _ACTION, _ARRIVE, _NOTIFY = 0, 1, 2
 
     def _push(self, time: float, kind: int, item: object) -> None:
         heapq.heappush(self._heap, (time, self._seq, kind, item))
@@ -163,8 +179,9 @@ class Simulation:
     def schedule(
         self, time: float, action: str, node: int, topic: str, payload: bytes = b""
     ) -> None:
-        """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``."""
-        if action not in ("SUB", "UNS", "PUB"):
+        """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``, or
+        CRASH or RECOVER (``topic`` ignored)."""
+        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER"):
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
@@ -196,10 +213,18 @@ class Simulation:
         self.now = time
         if kind == self._ACTION:
             action, node, topic, payload = cast(_ActionItem, item)
-            self._act(action, node, topic, payload)
+            if action in ("CRASH", "RECOVER"):
+                self._fail(action, node)
+            else:
+                self._act(action, node, topic, payload)
+        elif kind == self._NOTIFY:
+            self._notify(*cast(tuple[int, int, int, bool], item))
         else:
-            sender, dest, packet = cast(_PacketItem, item)
-            self._arrive(sender, dest, packet)
+            sender, dest, packet, life = cast(_PacketItem, item)
+            if dest in self.down or life != self.incarnation[dest]:
+                self.lost += 1  # like a TCP connection, a link dies with its endpoint
+            else:
+                self._arrive(sender, dest, packet)
         return True
 
     def run(self, until: float | None = None, max_events: int | None = None) -> int:
@@ -215,14 +240,17 @@ class Simulation:
         return done
 
     def quiescent(self) -> bool:
-        """No packet in flight and every node idle."""
-        return not self._heap and all(c.idle() for c in self.nodes.values())
+        """No packet in flight and every node that is up idle."""
+        return not self._heap and all(c.idle() for n, c in self.nodes.items() if n not in self.down)
 
     def _act(self, action: str, node: int, topic: str, payload: bytes) -> None:
         """A local call; it waits for the node's CPU so per-node time stays monotone."""
         core = self.nodes[node]
         clock = self.clocks[node]
         start = max(self.now, clock.cpu_free)
+        if node in self.down:
+            self.recorder.refused(start, node, action, topic, "node is crashed")
+            return
         try:
             if action == "SUB":
                 out = core.subscribe(topic, start)
@@ -249,6 +277,68 @@ class Simulation:
             out.extend(core.receive(sender, part, done))
         self.recorder.pending_max[dest] = core.pending_max
         self._emit(dest, done, done, out)
+
+    # --------------------------------------------------------------- failures
+
+    def _fail(self, action: str, node: int) -> None:
+        """CRASH: ``node`` stops at once (packets to it are lost, its calls refused).
+        RECOVER: it restarts empty as a new incarnation (counters continue, so
+        trace ids stay unique).  Every other node hears of either after
+        ``detect_delay`` plus a per-node uniform ``detect_jitter``: an oracle
+        failure detector, eventually perfect, with the timing the real one has."""
+        if self.protocol != "vcube-ps":
+            raise P2PError(f"protocol {self.protocol} does not handle failures")
+        crash = action == "CRASH"
+        if (node in self.down) == crash:
+            self.recorder.refused(self.now, node, action, "", "already " + action.lower() + "ed")
+            return
+        if crash:
+            self.down.add(node)
+        else:
+            self._restart(node)
+        self.recorder.failure(self.now, node, crash)
+        inc = self.incarnation[node]
+        for other in self.ids:
+            if other != node:
+                delay = self.detect_delay + self.rng.uniform(0, self.detect_jitter)
+                self._push(self.now + delay, self._NOTIFY, (other, node, inc, crash))
+
+    def _restart(self, node: int) -> None:
+        old = cast(VCubePS, self.nodes[node])
+        self.down.discard(node)
+        inc = self.incarnation[node] = self.incarnation[node] + 1
+        core = cast(VCubePS, self._make(node, self.config, inc))
+        core.first_seq(old.next_seq)
+        self.nodes[node] = core
+        self._known[node] = {n: (self.incarnation[n], 1) for n in self.down}
+        core.set_overlay(self._overlay_for(node))
+        for n in self.down:
+            core.crashed(n, self.incarnation[n], self.now)  # nothing to repair yet
+        self.clocks[node].cpu_free = max(self.clocks[node].cpu_free, self.now)
+
+    def _overlay_for(self, node: int) -> Hypercube:
+        dead = frozenset(n for n, (_, c) in self._known[node].items() if c)
+        got = self._overlays.get(dead)
+        if got is None:
+            got = self._overlays[dead] = Hypercube(set(self.ids) - dead)
+        return got
+
+    def _notify(self, node: int, about: int, inc: int, crash: bool) -> None:
+        """``node``'s failure detector reports ``about`` crashed (or back)."""
+        known = self._known[node]
+        news = (inc, 1 if crash else 0)
+        if node in self.down or known.get(about, (0, 0)) >= news:
+            return
+        known[about] = news
+        core = cast(VCubePS, self.nodes[node])
+        core.set_overlay(self._overlay_for(node))
+        clock = self.clocks[node]
+        start = max(self.now, clock.cpu_free)
+        # A node back with a new incarnation means the previous one crashed,
+        # whether or not that news came first.
+        out = core.crashed(about, inc, start) if crash else core.joined(about, inc, start)
+        clock.cpu_free = start + self.delays.tpc
+        self._emit(node, start, clock.cpu_free, out)
 
     def _emit(self, node: int, at: float, ready: float, outputs: list[Output]) -> None:
         """Record events at ``at``; queue the packets from ``ready`` on."""
@@ -308,6 +398,8 @@ class Simulation:
         """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``."""
         if dst not in self.nodes:
             raise P2PError(f"node {src} sent to unknown node {dst}")
+        if src in self.down:
+            return  # a crashed node sends nothing more
         clock = self.clocks[src]
         q = clock.in_queue
         while q and q[0] <= ready:
@@ -322,7 +414,7 @@ class Simulation:
             tpp = self.delays.propagation(self.rng)
         self.recorder.sent(src, packet, len(q) - 1)
         self._last_frame[(src, dst)] = packet
-        self._push(depart + tpp, self._ARRIVE, (src, dst, packet))
+        self._push(depart + tpp, self._ARRIVE, (src, dst, packet, self.incarnation[dst]))
 
 
 __all__ = ["PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]

@@ -92,6 +92,8 @@ class Recorder:
     """With ``record_links``: ``(time, src, dst, size, message ids)`` per link packet, in
     the order the receiver processed them; ``time`` is when the receiver's CPU took
     the packet (its parts are handled in order at that instant)."""
+    failures: list[tuple[float, int, bool]] = field(default_factory=list)
+    """``(time, node, crashed)``: every CRASH (``True``) and RECOVER of the run."""
     pending_max: dict[int, int] = field(default_factory=dict)
     """Largest pending set (received, not delivered) per node, when the core reports it."""
 
@@ -112,6 +114,10 @@ class Recorder:
             self._add(time, node, "subscribe", topic, None)
         elif action == "UNS":
             self._add(time, node, "unsubscribe", topic, None)
+
+    def failure(self, time: float, node: int, crash: bool) -> None:
+        self.failures.append((time, self.index[node], crash))
+        self._add(time, node, "crash" if crash else "recover", "", None)
 
     def refused(self, time: float, node: int, action: str, topic: str, why: str) -> None:
         self.refusals.append((time, self.index[node], action, topic, why))

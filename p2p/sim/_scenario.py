@@ -2,7 +2,9 @@
 
 The format of the VCube-PS authors' PeerSim event scripts.  ``node`` is an
 index ``0..N-1`` (index ``i`` gets id ``i``) or ``*`` for every node; ``#``
-starts a comment; blank lines are ignored.
+starts a comment; blank lines are ignored.  Failures are
+``time;CRASH;node`` (the node stops) and ``time;RECOVER;node`` (it restarts,
+empty, as a new incarnation).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 
 from p2p._errors import ScenarioError
 
-ACTIONS = ("SUB", "UNS", "PUB")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER")
+FAILURES = ("CRASH", "RECOVER")
 MAX_LINE = 64 * 1024
 
 
@@ -57,9 +60,12 @@ def load_scenario(path: str | Path, nodes: int) -> list[Action]:
 
 def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     fields = [f.strip() for f in text.split(";")]
+    if len(fields) == 3 and fields[1].upper() in FAILURES:
+        fields.append("")
     if len(fields) not in (4, 5):
         raise ScenarioError(
-            f"line {lineno}: expected time;ACTION;node;topic[;payload], got {len(fields)} fields"
+            f"line {lineno}: expected time;ACTION;node;topic[;payload] "
+            f"or time;CRASH|RECOVER;node, got {len(fields)} fields"
         )
     t_raw, action, node_raw, topic = fields[:4]
     try:
@@ -70,8 +76,12 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
         raise ScenarioError(f"line {lineno}: time must be finite and >= 0, got {t_raw!r}")
     action = action.upper()
     if action not in ACTIONS:
-        raise ScenarioError(f"line {lineno}: unknown action {fields[1]!r} (expected SUB, UNS, PUB)")
-    if not topic:
+        raise ScenarioError(
+            f"line {lineno}: unknown action {fields[1]!r} (expected {', '.join(ACTIONS)})"
+        )
+    if action in FAILURES and topic:
+        raise ScenarioError(f"line {lineno}: {action} takes no topic")
+    if not topic and action not in FAILURES:
         raise ScenarioError(f"line {lineno}: empty topic")
     payload = fields[4].encode() if len(fields) == 5 else b""
     if payload and action != "PUB":

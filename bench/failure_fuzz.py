@@ -1,0 +1,124 @@
+"""Random crash scenarios in the simulator: how often does a guarantee break?
+
+Not a test (it asserts nothing): a measurement of where the failure handling
+stands, and a finder of minimal failing scripts to work on.  Each run draws,
+from its seed, 3..10 nodes, one or two topics, a detection delay and a timed
+script of SUB/UNS/PUB plus CRASH (and, in the ``recover`` mode, RECOVER),
+runs it to quiescence and checks every trace invariant, liveness and the
+views (the same checks as ``tests/test_failures.py``).  Run it from the
+repository root::
+
+    python -m bench.failure_fuzz                 # 400 runs per mode
+    python -m bench.failure_fuzz --runs 50 --out /tmp/f.json
+
+It prints, per mode, how many runs broke something, by kind, and the
+shortest failing script (replay it with its seed); the JSON has it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from p2p.sim import Simulation, check_trace, check_views
+
+Script = list[tuple[float, str, int, str]]
+DETECT = [(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]
+
+
+def draw_script(rng: random.Random, n: int, topics: list[str], *, recover: bool) -> Script:
+    """A legal script: a crashed node only recovers (or, without ``recover``, does nothing)."""
+    steps = sorted(
+        (
+            round(rng.uniform(0, 6000), 1),
+            rng.randrange(n),
+            rng.choice(topics),
+            rng.randint(0, 9),
+        )
+        for _ in range(rng.randint(2 * n, 6 * n))
+    )
+    subs: set[tuple[int, str]] = set()
+    down: set[int] = set()
+    out: Script = []
+    for at, node, topic, roll in steps:
+        if node in down:
+            if recover:
+                down.discard(node)
+                out.append((at, "RECOVER", node, ""))
+        elif roll == 9 and 2 * (len(down) + 1) <= n:
+            down.add(node)
+            subs = {(m, t) for m, t in subs if m != node}
+            out.append((at, "CRASH", node, ""))
+        elif (node, topic) not in subs:
+            subs.add((node, topic))
+            out.append((at, "SUB", node, topic))
+        elif roll == 0:
+            subs.discard((node, topic))
+            out.append((at, "UNS", node, topic))
+        else:
+            out.append((at, "PUB", node, topic))
+    return out
+
+
+def run_one(seed: int, *, recover: bool) -> dict[str, Any]:
+    """Draw and run case ``seed``; return its script and what broke (kinds)."""
+    rng = random.Random(seed)
+    n = rng.randint(3, 10)
+    topics = ["t0", "t1"][: rng.randint(1, 2)]
+    detect = rng.choice(DETECT)
+    script = draw_script(rng, n, topics, recover=recover)
+    sim = Simulation(list(range(n)), seed=seed, detect_delay=detect[0], detect_jitter=detect[1])
+    for at, action, node, topic in script:
+        sim.schedule(at, action, node, topic, f"{node}@{at}".encode())
+    kinds: list[str]
+    try:
+        sim.run()
+        if not sim.quiescent():
+            kinds = ["not-quiescent"]
+        else:
+            found = check_trace(sim.recorder.trace, quiescent=True) + check_views(sim)
+            kinds = sorted({v.kind for v in found})
+    except Exception as exc:  # a crash of a core is a finding too
+        kinds = [f"exception:{type(exc).__name__}"]
+    return {"seed": seed, "nodes": n, "detect": detect, "script": script, "broke": kinds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=400, help="runs per mode (default 400)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out/failure_fuzz.json"))
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be >= 1")
+    result: dict[str, Any] = {}
+    for mode, recover in (("crash", False), ("recover", True)):
+        started = time.monotonic()
+        runs = [run_one(seed, recover=recover) for seed in range(args.runs)]
+        bad = [r for r in runs if r["broke"]]
+        kinds = Counter(k for r in bad for k in r["broke"])
+        shortest = min(bad, key=lambda r: len(r["script"]), default=None)
+        result[mode] = {
+            "runs": args.runs,
+            "broken": len(bad),
+            "kinds": dict(kinds),
+            "seconds": round(time.monotonic() - started, 1),
+            "shortest": shortest,
+        }
+        print(f"{mode:>8}: {len(bad)}/{args.runs} runs broke a guarantee {dict(kinds)}")
+        if shortest is not None:
+            print(f"          shortest (seed {shortest['seed']}): {shortest['script']}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""Crash-stop failures in the simulator: repair, retransmission, relays (issue 5).
+
+The guarantees (docs/failures.md) are checked on whole runs by the trace
+checker: validity (a publication of a publisher that stays up reaches every
+subscriber that stays up), agreement (one delivered by a node that stays up
+reaches them too), integrity (no duplicates, nothing invented), per-source
+FIFO and causal order per topic.  Failure detection here is the simulator's
+oracle: every node hears of a crash or a recovery ``detect_delay`` plus a
+seeded jitter later, in any order relative to traffic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from strategies import populations
+from test_properties import LinkTable, link_delays
+
+from p2p import ScenarioError
+from p2p.sim import Simulation, TraceEvent, check_trace, check_views, parse_scenario
+from p2p.sim._checks import assert_no_violations
+from topics import VCubePS
+
+Script = list[tuple[float, str, int, str]]
+
+
+def run_checked(sim: Simulation) -> None:
+    """Run to quiescence; every trace check (liveness included) and the views hold,
+    and no node that is up still holds a publication of a source that is up."""
+    sim.run()
+    assert sim.quiescent(), "simulation did not quiesce"
+    found = check_trace(sim.recorder.trace, quiescent=True) + check_views(sim)
+    assert_no_violations(found, f"seed {sim.seed}")
+    for n, core in sim.nodes.items():
+        if n in sim.down:
+            continue
+        assert isinstance(core, VCubePS)
+        for topic, state in core._topics.items():
+            stuck = [m.id for m in state.buffer.items() if m.id.source not in sim.down]
+            assert not stuck, f"node {n} holds {stuck} on {topic} from live sources"
+
+
+def core(sim: Simulation, n: int) -> VCubePS:
+    c = sim.nodes[n]
+    assert isinstance(c, VCubePS)
+    return c
+
+
+# ----------------------------------------------------------------- scenarios
+
+
+def test_scenario_lines_for_failures_parse() -> None:
+    acts = parse_scenario(["10;CRASH;2", "20;recover;2", "5;SUB;1;t"], 4)
+    assert [(a.time, a.action, a.node, a.topic) for a in acts] == [
+        (5.0, "SUB", 1, "t"),
+        (10.0, "CRASH", 2, ""),
+        (20.0, "RECOVER", 2, ""),
+    ]
+    with pytest.raises(ScenarioError, match="takes no topic"):
+        parse_scenario(["1;CRASH;0;t"], 2)
+    with pytest.raises(ScenarioError, match="fields"):
+        parse_scenario(["1;PUB;0"], 2)
+
+
+def test_a_relay_crashing_mid_round_is_repaired_around() -> None:
+    """Node 4 relays 0's round to 5..7 in the 8-node tree; it crashes as the
+    round reaches it.  0 hears of the crash and sends 4's share to 5, the next
+    correct node of that cluster, which takes over the sub-cube: 5..7 deliver
+    the round exactly once and its ACK wave completes."""
+    sim = Simulation(list(range(8)), seed=1)
+    sim.preset_subscriptions("t", range(8))
+    sim.schedule(10.0, "PUB", 0, "t", b"m")
+    sim.schedule(10.5, "CRASH", 4, "")
+    run_checked(sim)
+    assert core(sim, 0).repaired == 1
+    acked = [e for e in sim.recorder.trace if e.event == "deliver" and e.node in (5, 6, 7)]
+    assert len(acked) == 3
+    assert core(sim, 0).idle()
+    delivered = {ev.node for ev in sim.recorder.trace if ev.event == "deliver"}
+    assert delivered == set(range(8)) - {4}
+
+
+def test_a_publisher_crashing_mid_round_is_relayed_to_everyone() -> None:
+    """0 crashes right after sending its round to its first child only (the
+    link to the others is slow): the node that got it relays it when it hears
+    of the crash, so every correct subscriber delivers it or none does."""
+
+    def slow_from_zero(src: int, dst: int, rng: object) -> float:
+        return 5000.0 if src == 0 and dst != 1 else 50.0
+
+    sim = Simulation(list(range(8)), seed=2, link_delay=slow_from_zero)
+    sim.preset_subscriptions("t", range(8))
+    sim.schedule(10.0, "PUB", 0, "t", b"m")
+    sim.schedule(20.0, "CRASH", 0, "")
+    run_checked(sim)
+    delivered = {ev.node for ev in sim.recorder.trace if ev.event == "deliver"}
+    assert delivered == set(range(8))  # 0 itself at publish, the rest by the relay
+    assert sum(core(sim, n).relayed for n in range(1, 8)) >= 1
+    assert sum(core(sim, n).duplicates for n in range(1, 8)) >= 1  # the slow originals
+
+
+def test_a_recovered_node_is_a_new_incarnation_that_can_subscribe_again() -> None:
+    sim = Simulation(list(range(6)), seed=3)
+    for n in range(6):
+        sim.schedule(0.0, "SUB", n, "t")
+    sim.schedule(1000.0, "PUB", 2, "t", b"before")
+    sim.schedule(1200.0, "CRASH", 2, "")
+    sim.schedule(5000.0, "RECOVER", 2, "")
+    sim.schedule(5100.0, "SUB", 2, "t")
+    sim.schedule(9000.0, "PUB", 2, "t", b"after")
+    sim.schedule(9000.0, "PUB", 3, "t", b"to-2")
+    run_checked(sim)
+    assert core(sim, 2).incarnation == 1
+    late = [ev for ev in sim.recorder.trace if ev.event == "deliver" and ev.time > 9000]
+    assert {ev.node for ev in late if ev.source == 2} == set(range(6)) - {2}
+    assert 2 in {ev.node for ev in late if ev.source == 3}
+
+
+def test_calls_on_a_crashed_node_are_refused() -> None:
+    sim = Simulation(list(range(4)), seed=4)
+    sim.schedule(0.0, "CRASH", 1, "")
+    sim.schedule(1.0, "SUB", 1, "t")
+    sim.run()
+    assert [r[2] for r in sim.recorder.refusals] == ["SUB"]
+    assert "crashed" in sim.recorder.refusals[0][4]
+
+
+def test_p2p_sim_runs_a_scenario_with_failures(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.txt"
+    scenario.write_text(
+        "0;SUB;*;news\n500;PUB;0;news;a\n520;CRASH;3\n530;PUB;1;news;b\n"
+        "3000;RECOVER;3\n3100;SUB;3;news\n6000;PUB;3;news;c\n"
+    )
+    trace = tmp_path / "trace.jsonl"
+    subprocess.run(
+        [sys.executable, "-m", "p2p", "sim", "--nodes", "8", str(scenario), "--trace", str(trace)],
+        check=True,
+        capture_output=True,
+    )
+    events = [TraceEvent(**json.loads(line)) for line in trace.read_text().splitlines()]
+    assert [e.event for e in events if e.event in ("crash", "recover")] == ["crash", "recover"]
+    assert_no_violations(check_trace(events, quiescent=True))
+    c_deliveries = [e for e in events if e.event == "deliver" and e.source == 3]
+    assert len(c_deliveries) == 8  # every node, 3 itself included, delivered c
+
+
+def test_the_checker_catches_a_lost_publication_of_a_correct_publisher() -> None:
+    """The checker is not blind under failures: drop one delivery from a clean
+    run with a crash and liveness fails."""
+    sim = Simulation(list(range(8)), seed=1)
+    sim.preset_subscriptions("t", range(8))
+    sim.schedule(10.0, "PUB", 0, "t", b"m")
+    sim.schedule(10.5, "CRASH", 4, "")
+    sim.run()
+    trace = list(sim.recorder.trace)
+    victim = next(i for i, e in enumerate(trace) if e.event == "deliver" and e.node == 6)
+    found = check_trace(trace[:victim] + trace[victim + 1 :], quiescent=True)
+    assert [v.kind for v in found] == ["liveness"]
+
+
+# ------------------------------------------------------------------ property
+
+
+@st.composite
+def failure_scripts(draw: st.DrawFn, ids: list[int], topics: list[str]) -> Script:
+    """A timed script of SUB/UNS/PUB and CRASH, legal at every step.
+
+    Raw steps are ``(time, node, topic, roll)``; a crashed node stays down
+    (RECOVER is left out: random crash-and-recover interleavings still break
+    liveness in about 8 % of runs, see ``bench/failure_fuzz.py`` and
+    docs/failures.md); a node that is up crashes on ``roll == 9``, otherwise
+    subscribes, unsubscribes or publishes as in ``test_properties.scripts``.
+    At most half the nodes crash, so trees keep some shape.
+    """
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.floats(0, 6000, allow_nan=False).map(lambda x: round(x, 1)),
+                st.sampled_from(ids),
+                st.sampled_from(topics),
+                st.integers(0, 9),
+            ),
+            min_size=2 * len(ids),
+            max_size=6 * len(ids),
+        )
+    )
+    subs: set[tuple[int, str]] = set()
+    down: set[int] = set()
+    out: Script = []
+    for time, node, topic, roll in sorted(steps, key=lambda s: s[0]):
+        if node in down:
+            continue
+        if roll == 9 and 2 * (len(down) + 1) <= len(ids):
+            down.add(node)
+            subs = {(n, t) for n, t in subs if n != node}
+            out.append((time, "CRASH", node, ""))
+        elif (node, topic) not in subs:
+            subs.add((node, topic))
+            out.append((time, "SUB", node, topic))
+        elif roll == 0:
+            subs.discard((node, topic))
+            out.append((time, "UNS", node, topic))
+        else:
+            out.append((time, "PUB", node, topic))
+    return out
+
+
+SPIKES = st.sampled_from([0.0, 0.0, 3000.0])
+"""Extra delay on a few links: beyond the detection delay, so packets of a
+crashed node arrive after everyone heard of the crash."""
+
+
+@settings(max_examples=max(10, settings().max_examples // 2))
+@given(
+    data=st.data(),
+    seed=st.integers(0, 2**32 - 1),
+    ntopics=st.integers(1, 2),
+    detect=st.sampled_from([(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]),
+)
+def test_guarantees_hold_under_crashes(
+    data: st.DataObject, seed: int, ntopics: int, detect: tuple[float, float]
+) -> None:
+    ids = data.draw(populations(3, 16), label="ids")
+    topics = [f"t{k}" for k in range(ntopics)]
+    script = data.draw(failure_scripts(ids, topics), label="script")
+    delay: LinkTable | None = None
+    if data.draw(st.booleans(), label="per-link delays"):
+        delay = data.draw(link_delays(len(ids)), label="delays")
+        spike = data.draw(SPIKES, label="spike")
+        for pair in list(delay.special)[: max(1, len(delay.special) // 4)]:
+            delay.special[pair] += spike
+    sim = Simulation(
+        ids, seed=seed, link_delay=delay, detect_delay=detect[0], detect_jitter=detect[1]
+    )
+    if delay is not None:
+        delay.index.update(sim.index)
+    note(f"crashes: {[s for s in script if s[1] == 'CRASH']}")
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    run_checked(sim)
