@@ -75,6 +75,10 @@ if TYPE_CHECKING:
     import random
 
 
+REPAIR_ROUNDS = 1 << 62
+"""Round numbers from here on name repair copies (:meth:`VCubePS._repair_child`);
+a source's own rounds count up from 0 and never get there."""
+
 PresetView = tuple[dict[int, ViewEntry], tuple[int, ...]]
 
 
@@ -491,8 +495,8 @@ class VCubePS:
         The share (everything below ``dead`` in the tree) lies in one cluster
         of this node, so its XOR-closest correct member becomes the new child
         and covers the rest, exactly as the tree built without ``dead`` would.
-        The copy travels as a repair round ``R'`` of this node (a negative
-        number, so it never collides with a source's rounds) whose ACK counts
+        The copy travels as a repair round ``R'`` of this node (numbered from
+        :data:`REPAIR_ROUNDS`, so it never collides with a source's rounds) whose ACK counts
         for ``dead``'s.  Receivers that had the round already drop its
         publications by id and forward it anyway: their own sub-trees may miss it.
         """
@@ -518,7 +522,7 @@ class VCubePS:
     def _repair_packet(self, pkt: Packet, dead: int) -> tuple[int, Sub | PubRound | Uns] | None:
         """The repair copy of ``pkt`` (sent to ``dead``) and its new receiver, if any is left."""
         self._repairs += 1
-        rid = RoundId(self.id, self.incarnation, -self._repairs)
+        rid = RoundId(self.id, self.incarnation, REPAIR_ROUNDS + self._repairs)
         if isinstance(pkt, Sub):
             child = self.overlay.first_child(self.id, cluster(self.id, dead))
             return None if child is None else (child, Sub(rid, pkt.topic, pkt.op))
@@ -609,7 +613,7 @@ class VCubePS:
         return fresh, (last if fresh else None)
 
     def _on_sub(self, sender: int, packet: Sub) -> list[Output]:
-        repair = packet.round.number < 0  # a repairer's copy (see _repair_child)
+        repair = packet.round.number >= REPAIR_ROUNDS  # a repairer's copy (see _repair_child)
         if sender == self.id or (packet.op.node != packet.round.source and not repair):
             raise RemoteProtocolError(f"malformed SUB from {sender}: {packet!r}")
         if packet.round in self._pending:
@@ -922,9 +926,7 @@ class VCubePS:
             return sync, _Pending(name, "SYNC", None, {head.dest})
         children: list[tuple[int, Packet]]
         if isinstance(head, ViewEntry):
-            children = [
-                (c, Uns(rid, name, head, share)) for c, share in dests
-            ]
+            children = [(c, Uns(rid, name, head, share)) for c, share in dests]
             kind, ids = "UNS", (head.op_id,)
         elif isinstance(head, _Relay):
             batch = head.messages
