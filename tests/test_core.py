@@ -553,7 +553,8 @@ def test_pub_round_received_again_by_a_subscribed_leaf_is_dropped_by_id() -> Non
     net.step()
     out = net.cores[1].receive(dup.src, dup.packet, 70.0)
     assert [type(o).__name__ for o in out] == ["Send"]
-    assert isinstance(out[0], Send) and isinstance(out[0].packet, Ack)
+    assert isinstance(out[0], Send)
+    assert isinstance(out[0].packet, Ack)
     assert net.cores[1].duplicates == 1
     assert len(net.delivered(1)) == 1
 

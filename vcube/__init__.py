@@ -1,6 +1,25 @@
-"""VCube: hypercube clusters and spanning trees on sparse 64-bit ids (sans-IO)."""
+"""VCube: hypercube clusters, spanning trees, failure detector; sparse 64-bit ids (sans-IO)."""
 
-from vcube._errors import UnknownNodeError, VCubeError
+from vcube._detector import (
+    Corrected,
+    Detector,
+    DetectorConfig,
+    DetectorMessage,
+    DetectorOutput,
+    DetectorStats,
+    Entry,
+    Joined,
+    Left,
+    Probe,
+    Reply,
+    Restarted,
+    SelfSuspected,
+    SendDetector,
+    Suspected,
+    decode_detector,
+    encode_detector,
+)
+from vcube._errors import DetectorError, RemoteDetectorError, UnknownNodeError, VCubeError
 from vcube._topology import (
     ID_BITS,
     MAX_ID,
@@ -15,12 +34,31 @@ from vcube._topology import (
 __all__ = [
     "ID_BITS",
     "MAX_ID",
+    "Corrected",
+    "Detector",
+    "DetectorConfig",
+    "DetectorError",
+    "DetectorMessage",
+    "DetectorOutput",
+    "DetectorStats",
+    "Entry",
     "Hypercube",
+    "Joined",
+    "Left",
+    "Probe",
+    "RemoteDetectorError",
+    "Reply",
+    "Restarted",
+    "SelfSuspected",
+    "SendDetector",
+    "Suspected",
     "UnknownNodeError",
     "VCubeError",
     "check_id",
     "cluster",
+    "decode_detector",
     "depth_and_degree",
+    "encode_detector",
     "partition",
     "partition_sorted",
 ]

@@ -1,0 +1,796 @@
+"""The VCube failure detector as a sans-IO core (DESIGN.md §5, "Detection").
+
+Model
+-----
+A node is ``(node_id, incarnation)``.  Every detector keeps one *entry* per
+known node, ``(incarnation, counter)``: an even counter means "believed
+correct", an odd one "suspected" (VCube's event counters).  An entry is
+*newer* than another when its incarnation is higher, or the incarnation is the
+same and the counter higher; entries only ever move to newer ones, so merging
+is a join (max) and order, duplication and staleness of messages never undo
+knowledge.  A node raises another's counter from even to odd when a probe to
+it times out (a suspicion) and from odd to even when it hears from it again (a
+correction); a restarted node comes back with a higher incarnation, which
+supersedes everything said about the old one.
+
+Membership (who exists) comes from the driver through :meth:`Detector.join` and
+:meth:`Detector.leave` (discovery, overlay join/leave); the detector never adds
+a node it only read about in an entry, so a node that left cannot come back
+through stale gossip.
+
+Testing rounds
+--------------
+The driver calls :meth:`Detector.tick` every ``interval``.  With *correct*
+meaning "believed correct by this node", node ``i`` checks two sets of nodes:
+
+* **pull targets** ``P_i``: for each non-empty cluster ``c(i, s)``, its first
+  correct node, ``FIRSTCHILD(i, s)`` (DESIGN.md §2).  These are ``i``'s children
+  in its own spanning tree, so information anywhere reaches ``i`` by following
+  its tree bottom-up, one hop per round: after a crash, about ``depth`` rounds.
+* **designated nodes** ``D_i``: the nodes ``j`` for which ``i`` is the first
+  correct node of ``c(j, s)``, the cluster of ``j`` holding ``i``.  This is the
+  original VCube assignment (Duarte, Bona and Ruoso 2014): every node has
+  exactly one designated tester per non-empty cluster, so a batch of crashes
+  is detected in parallel instead of one node per round by a puller walking a
+  cluster whose first nodes are all dead.  When views agree, ``j`` is in
+  ``D_i`` exactly when ``i`` is in ``P_j``: in steady state the ``D`` checks
+  are paid for by the ``P`` probes flowing the other way, so a designated node
+  is probed only after a whole interval of silence.
+
+Tests per round: each pull uses one (prober, cluster) pair and each designated
+check one (target, cluster) pair, and without false suspicions a pair has one
+live designated tester, so a round sends at most ``2T`` probes, ``T`` the number
+of non-empty (node, cluster) pairs; round 0 sends exactly ``T``, steady state
+about ``T / 2``.  ``T = N log2 N`` for a dense cube; on random 64-bit ids it is
+about ``N (log2 N + 0.3)``, and can exceed ``N ceil(log2 N)`` (ids 0, 1, 2, 4:
+``T = 9 > 8``), whatever the assignment, since every non-empty cluster needs a
+test.
+
+A check costs nothing when the node was heard from since the previous tick
+(any message, or data traffic reported with :meth:`Detector.heard`), except
+that a pull target must also show a state version no newer than the one ``i``
+already has.  Otherwise ``i`` sends a :class:`Probe`; if no message from the
+node arrives within ``timeout`` (checked at ticks), ``i`` suspects it and, in the
+same tick, moves on to the next correct node of that cluster.
+
+Which entries a tester takes
+----------------------------
+A tester takes from the tested node only *newer* entries (the VCube
+timestamp rule), but every newer entry, not only those of the tested cluster
+``c(i, s)`` (the Hi-ADSD rule, which the thesis' wording suggests).  With the
+cluster-only rule, ``i`` learns that nodes of ``c(i, s)`` crashed only from
+``c(i, s)`` itself, so a cluster whose first nodes are all dead is walked one
+node per round: in ``vcube._detsim``, a dense 128-node cube losing one half
+takes 66 rounds (beyond ``log2(N)^2 = 49``) with it, 7 with this rule.  Taking
+every newer entry is safe because entries are monotone facts and merging is a
+max; the cost is that a change reaches a node once from each node it pulls
+from after that one learnt it, about ``log2 N`` copies of ~12 bytes per node
+and event.
+
+Cheap steady state: versions and deltas
+---------------------------------------
+Every local entry change bumps the node's state ``version`` and stamps the
+entry with it (an entry learnt by :meth:`Detector.join` for a new node is
+stamped 0: membership is the driver's business).  A probe carries ``since``,
+the prober's copy of the target's version (for the target's incarnation it
+knows); the reply carries the target's current ``version`` and only the entries
+stamped after ``since`` (at most ``max_entries``, oldest first; a partial reply
+brings ``since`` up to the last entry it holds, and the next probe goes on).
+Every message carries the sender's version, and a driver may piggyback the
+version on data frames (``heard(node, now, version=v)``): a pull target whose
+known version equals ``since`` and that was heard from needs no probe at all.
+
+Bytes, with the CBOR arrays of :func:`encode_detector` (uint ``x`` costs 1 byte below
+24, 2 below 256, 3 below 65536, 5 below 2^32, else 9; node ids are 64-bit, so
+9 bytes): a probe ``[0, round, incarnation, version, target, since]`` is 8 to
+~16 bytes, an empty reply ``[1, round, incarnation, version, []]`` 6 to ~13
+bytes, and each entry adds ``node, incarnation, counter``, ~11 bytes.  When
+nothing changes and links are idle, each checked pair costs about one probe
+and one empty reply per round; when data covers a link in both directions it
+costs only the piggybacked version (1 to 3 bytes per data frame).
+
+Guarantees (no message loss)
+----------------------------
+* **Accuracy**: a node is suspected only when a probe to it got no message at
+  all from it within ``timeout``; if round trips stay below ``timeout``, no
+  correct node is ever suspected.
+* **Completeness**: a crashed node stops sending, so whoever checks it probes
+  it at the latest one round after its last message arrived and suspects it
+  one round later (probes expire at ticks, ``timeout <= interval``); the
+  suspicion then travels up every node's spanning tree one pull (one round
+  plus a round trip) per hop.  ``tests/test_detector.py`` asserts the
+  published bound ``B = ceil(log2 N)^2`` plus these two rounds plus the delays
+  (``delta (2B + 1)`` for one-way delays up to ``delta`` rounds), plus one
+  round per extra ``attempts``.
+* **Self-suspicion**: a node that reads an entry about itself with its own
+  incarnation and a higher counter was suspected: it emits
+  :class:`SelfSuspected` (the library treats a suspected incarnation as crashed,
+  so the driver restarts the upper layers and calls :meth:`Detector.reincarnate`)
+  and meanwhile refutes with the next even counter, which spreads like any
+  correction.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from vcube._errors import DetectorError, RemoteDetectorError
+from vcube._topology import MAX_ID, cluster, partition_sorted
+
+_EPS = 1e-9
+"""Tolerance on ``age >= timeout``: ticks computed as ``phase + k * interval``
+must expire a probe whose age is ``timeout`` up to rounding."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DetectorConfig:
+    """Timing and limits of a detector; validated on construction.
+
+    ``interval`` is the period at which the driver calls :meth:`Detector.tick`;
+    ``timeout`` the age at which an unanswered probe means a suspicion (keep it
+    above the worst round trip, or correct nodes get suspected); probes are
+    expired at ticks, so an effective timeout is rounded up to a tick.
+    ``max_entries`` bounds the entries of one reply, sent and accepted.
+    ``attempts`` is how many probes in a row must go unanswered before a
+    suspicion: each further attempt costs one round of detection latency and
+    makes a delay spike on one exchange harmless.
+    """
+
+    interval: float = 1.0
+    timeout: float = 0.5
+    max_entries: int = 4096
+    attempts: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("interval", "timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise DetectorError(f"{name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value <= 0:
+                raise DetectorError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("max_entries", "attempts"):
+            value = getattr(self, name)
+            if not _is_uint(value) or value < 1:
+                raise DetectorError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+# ----------------------------------------------------------------- messages --
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What a node knows of ``node``: its ``incarnation`` and event ``counter``."""
+
+    node: int
+    incarnation: int
+    counter: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """A test: "are you alive, and what changed since your version ``since``?".
+
+    ``incarnation`` and ``version`` are the prober's own; ``target`` is the
+    incarnation of the probed node the prober knows (``since`` counts only for
+    that incarnation).
+    """
+
+    round: int
+    incarnation: int
+    version: int
+    target: int
+    since: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """Answer to the probe of ``round``: the replier's ``incarnation``, the
+    ``version`` the ``entries`` bring the prober up to, and those entries."""
+
+    round: int
+    incarnation: int
+    version: int
+    entries: tuple[Entry, ...] = ()
+
+
+DetectorMessage = Probe | Reply
+
+
+# ------------------------------------------------------------------ outputs --
+
+
+@dataclass(frozen=True, slots=True)
+class SendDetector:
+    """Send ``msg`` to ``dest``."""
+
+    dest: int
+    msg: DetectorMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """``node`` (at ``incarnation``) is now a member, believed correct."""
+
+    node: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """``node`` left gracefully and is forgotten."""
+
+    node: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Suspected:
+    """``node`` at ``incarnation`` is now suspected (treat that incarnation as crashed)."""
+
+    node: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Corrected:
+    """``node`` at ``incarnation`` was wrongly suspected and is believed correct again."""
+
+    node: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    """``node`` came back as incarnation ``new``; ``old`` is gone for good."""
+
+    node: int
+    old: int
+    new: int
+
+
+@dataclass(frozen=True, slots=True)
+class SelfSuspected:
+    """This node read ``(incarnation, counter)`` about itself: it was suspected
+    (same incarnation, higher counter) or the network holds a newer incarnation
+    of its id.  The driver should restart the upper layers and call
+    :meth:`Detector.reincarnate` with an incarnation above ``incarnation``."""
+
+    incarnation: int
+    counter: int
+
+
+DetectorOutput = SendDetector | Joined | Left | Suspected | Corrected | Restarted | SelfSuspected
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorStats:
+    """Cumulative counters for measurement.
+
+    ``checks`` counts liveness checks (one per monitored node per tick, whether
+    traffic answered it or a probe was needed); ``probes`` the checks that sent
+    a :class:`Probe`; ``timeouts`` the suspicions this node raised itself.
+    """
+
+    rounds: int
+    checks: int
+    probes: int
+    replies: int
+    entries_sent: int
+    entries_received: int
+    timeouts: int
+
+
+_ROUNDS, _CHECKS, _PROBES, _REPLIES, _SENT, _RECEIVED, _TIMEOUTS = range(7)
+"""Indices of the counters behind :class:`DetectorStats`, in its field order."""
+
+# -------------------------------------------------------------- wire format --
+
+_PROBE, _REPLY = 0, 1
+
+
+def encode_detector(msg: DetectorMessage) -> list[object]:
+    """The CBOR-ready form of ``msg``: ``[0, round, incarnation, version, target,
+    since]`` or ``[1, round, incarnation, version, [node, inc, counter, ...]]``."""
+    if isinstance(msg, Probe):
+        return [_PROBE, msg.round, msg.incarnation, msg.version, msg.target, msg.since]
+    flat = [x for e in msg.entries for x in (e.node, e.incarnation, e.counter)]
+    return [_REPLY, msg.round, msg.incarnation, msg.version, flat]
+
+
+def decode_detector(obj: object, *, max_entries: int = 4096) -> DetectorMessage:
+    """Inverse of :func:`encode_detector`; raises :class:`RemoteDetectorError` on anything
+    else (wrong shape, unknown kind, non-integer or out-of-range fields, too many
+    entries)."""
+    if not isinstance(obj, list | tuple) or not obj:
+        raise RemoteDetectorError("detector message must be a non-empty array")
+    kind, fields = obj[0], list(obj[1:])
+    if not _is_uint(kind):
+        raise RemoteDetectorError(f"detector message kind must be an integer, got {kind!r}")
+    if kind == _PROBE and len(fields) == 5:
+        r, inc, ver, target, since = fields
+        msg: DetectorMessage = Probe(
+            round=r, incarnation=inc, version=ver, target=target, since=since
+        )
+    elif kind == _REPLY and len(fields) == 4:
+        r, inc, ver, flat = fields
+        msg = Reply(round=r, incarnation=inc, version=ver, entries=_entries_of(flat, max_entries))
+    else:
+        raise RemoteDetectorError(f"unknown detector message kind or arity: {kind!r}")
+    _check_message(msg, max_entries)
+    return msg
+
+
+def _entries_of(flat: object, max_entries: int) -> tuple[Entry, ...]:
+    """Entries from a flat ``[node, inc, counter, ...]`` array (checked by the caller)."""
+    if not isinstance(flat, list | tuple) or len(flat) % 3:
+        raise RemoteDetectorError("reply entries must be a flat array of triples")
+    if len(flat) // 3 > max_entries:
+        raise RemoteDetectorError(f"reply holds {len(flat) // 3} entries, limit {max_entries}")
+    return tuple(Entry(flat[k], flat[k + 1], flat[k + 2]) for k in range(0, len(flat), 3))
+
+
+def _is_uint(x: object) -> bool:
+    """An ``int`` (not ``bool``) in ``[0, 2^64)``: every field of the protocol."""
+    return type(x) is int and 0 <= x <= MAX_ID
+
+
+def _check_message(msg: object, max_entries: int) -> None:
+    """Raise :class:`RemoteDetectorError` unless ``msg`` is a well-formed
+    :class:`Probe` or :class:`Reply` within ``max_entries``.  Reads only."""
+    if isinstance(msg, Probe):
+        fields: tuple[object, ...] = (
+            msg.round,
+            msg.incarnation,
+            msg.version,
+            msg.target,
+            msg.since,
+        )
+    elif isinstance(msg, Reply):
+        fields = (msg.round, msg.incarnation, msg.version)
+        _check_entries(msg.entries, max_entries)
+    else:
+        raise RemoteDetectorError(f"unknown detector message kind {type(msg).__name__}")
+    if not all(_is_uint(f) for f in fields):
+        raise RemoteDetectorError(f"detector message fields must be uint64: {msg!r}")
+
+
+def _check_entries(entries: object, max_entries: int) -> None:
+    """Entries must be a tuple of at most ``max_entries`` :class:`Entry`, uint64
+    fields, each node at most once."""
+    if not isinstance(entries, tuple):
+        raise RemoteDetectorError("reply entries must be a tuple")
+    if len(entries) > max_entries:
+        raise RemoteDetectorError(f"reply holds {len(entries)} entries, limit {max_entries}")
+    nodes: set[object] = set()
+    ok = _is_uint
+    for e in entries:
+        if type(e) is not Entry or not (ok(e.node) and ok(e.incarnation) and ok(e.counter)):
+            raise RemoteDetectorError(f"bad reply entry {e!r}")
+        nodes.add(e.node)
+    if len(nodes) != len(entries):
+        raise RemoteDetectorError("reply lists a node twice")
+
+
+# ----------------------------------------------------------------- detector --
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """An unanswered probe: its round, send time, the target's incarnation it
+    was meant for, the sync epoch it was sent in and which attempt it is."""
+
+    round: int
+    sent: float
+    target: int
+    epoch: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What one believed-correct set implies: pull targets and monitored nodes."""
+
+    pulls: frozenset[int]
+    monitored: tuple[int, ...]
+
+
+def _designated(me: int, j: int, nonempty: int) -> bool:
+    """Whether ``me`` is the first correct node of ``c(j, cluster(me, j))``.
+
+    That cluster is ``me``'s half at level ``s``; a node ``y`` of ``c(me, t)``,
+    ``t < s``, is XOR-closer to ``j`` than ``me`` exactly when bit ``t-1`` of
+    ``me ^ j`` is set.  So ``me`` is first iff every such bit falls on a level
+    with no correct node: ``nonempty`` has bit ``t-1`` set for non-empty ``c(me, t)``.
+    """
+    d = me ^ j
+    return d & ((1 << (d.bit_length() - 1)) - 1) & nonempty == 0
+
+
+class Detector:
+    """One node's VCube failure detector (see the module docstring).
+
+    Invariants between calls: every entry only moved to newer ones; every
+    local entry change is stamped with a fresh ``version``; a node has at most
+    one unanswered probe; the cached view matches the current believed-correct
+    set.  Nothing reads a clock or global randomness: every call takes ``now``.
+    """
+
+    __slots__ = (
+        "_cfg",
+        "_entries",
+        "_epoch",
+        "_heard",
+        "_heard_at",
+        "_last_tick",
+        "_log",
+        "_me",
+        "_pending",
+        "_previous",
+        "_round",
+        "_stamp",
+        "_stats",
+        "_sync",
+        "_version",
+        "_view",
+    )
+
+    def __init__(self, me: int, incarnation: int, *, config: DetectorConfig | None = None) -> None:
+        _check_local(me, incarnation)
+        self._me = me
+        self._cfg = config or DetectorConfig()
+        self._entries: dict[int, tuple[int, int]] = {me: (incarnation, 0)}
+        self._stamp: dict[int, int] = {}
+        self._log: list[tuple[int, int]] = []
+        self._version = 0
+        self._round = 0
+        self._pending: dict[int, _Pending] = {}
+        self._sync: dict[int, tuple[int, int]] = {}
+        self._epoch = 0
+        self._heard: dict[int, int | None] = {}
+        self._heard_at: dict[int, float] = {}
+        self._last_tick = -math.inf
+        self._view: _View | None = None
+        self._previous: frozenset[int] = frozenset()
+        self._stats = [0] * (_TIMEOUTS + 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"Detector(me={self._me}, incarnation={self.incarnation}, known={len(self._entries)}, "
+            f"suspected={len(self.suspected())}, version={self._version})"
+        )
+
+    # ------------------------------------------------------------ queries --
+
+    @property
+    def me(self) -> int:
+        """This node's id."""
+        return self._me
+
+    @property
+    def incarnation(self) -> int:
+        """This node's current incarnation."""
+        return self._entries[self._me][0]
+
+    @property
+    def version(self) -> int:
+        """Version of this node's diagnostic state: piggyback it on data frames."""
+        return self._version
+
+    @property
+    def config(self) -> DetectorConfig:
+        """The configuration this detector runs with."""
+        return self._cfg
+
+    @property
+    def stats(self) -> DetectorStats:
+        """Cumulative counters (see :class:`DetectorStats`)."""
+        return DetectorStats(*self._stats)
+
+    def entry(self, node: int) -> tuple[int, int] | None:
+        """``(incarnation, counter)`` known for ``node``, or ``None`` if unknown."""
+        return self._entries.get(node)
+
+    def correct(self) -> frozenset[int]:
+        """Known nodes believed correct, this node included."""
+        return frozenset(n for n, (_, c) in self._entries.items() if not c & 1)
+
+    def suspected(self) -> frozenset[int]:
+        """Known nodes currently suspected."""
+        return frozenset(n for n, (_, c) in self._entries.items() if c & 1)
+
+    def monitored(self) -> tuple[int, ...]:
+        """The nodes checked each round (pull targets and designated nodes),
+        sorted: the links the detector wants alive."""
+        return self._current_view().monitored
+
+    # --------------------------------------------------------- membership --
+
+    def join(self, node: int, incarnation: int, now: float) -> list[DetectorOutput]:
+        """Membership learnt ``node`` at ``incarnation`` (discovery, overlay join).
+
+        A new node enters believed correct, unstamped; an existing node with a
+        higher incarnation restarted (stamped, spreads); anything else is a no-op.
+        A new member resets every pull to a full one, since entries about it
+        read before it was known were skipped.
+        """
+        _check_local(node, incarnation)
+        if node == self._me:
+            raise DetectorError("a detector cannot join itself")
+        known = self._entries.get(node)
+        if known is None:
+            self._entries[node] = (incarnation, 0)
+            self._view = None
+            self._reset_sync()
+            return [Joined(node, incarnation)]
+        out: list[DetectorOutput] = []
+        if incarnation > known[0]:
+            self._set(node, (incarnation, 0), out)
+        return out
+
+    def leave(self, node: int, incarnation: int, now: float) -> list[DetectorOutput]:
+        """``node`` announced a graceful leave: forget it (no suspicion).
+
+        Ignored for an older incarnation than the one known (a stale
+        announcement must not remove a restarted node).
+        """
+        _check_local(node, incarnation)
+        known = self._entries.get(node)
+        if node == self._me or known is None or incarnation < known[0]:
+            return []
+        del self._entries[node]
+        for table in (self._stamp, self._pending, self._sync, self._heard, self._heard_at):
+            table.pop(node, None)
+        self._view = None
+        return [Left(node, incarnation)]
+
+    def reincarnate(self, incarnation: int, now: float) -> list[DetectorOutput]:
+        """This node restarts its upper layers as ``incarnation`` (after
+        :class:`SelfSuspected`); the new incarnation spreads like any entry."""
+        _check_local(self._me, incarnation)
+        if incarnation <= self.incarnation:
+            raise DetectorError(f"new incarnation {incarnation} <= {self.incarnation}")
+        self._entries[self._me] = (incarnation, 0)
+        self._bump(self._me)
+        return []
+
+    # ------------------------------------------------------------- rounds --
+
+    def tick(self, now: float) -> list[DetectorOutput]:
+        """Start one testing round; the driver calls it every ``interval``.
+
+        First expires probes older than ``timeout`` (suspicions), then checks
+        every monitored node of the updated view: a probe unless it was heard
+        from since the previous tick (and, for a pull target, showed no newer
+        version) or a probe to it is still pending.
+        """
+        if now < self._last_tick:
+            raise DetectorError(f"time went backwards: {now} < {self._last_tick}")
+        out = self._expire(now)
+        self._round += 1
+        view = self._current_view()
+        for node in view.monitored:
+            if self._needs_probe(node, view):
+                out.append(self._probe(node, now))
+        self._stats[_ROUNDS] += 1
+        self._stats[_CHECKS] += len(view.monitored)
+        self._heard.clear()
+        self._previous = frozenset(view.monitored)
+        self._last_tick = now
+        return out
+
+    def heard(self, node: int, now: float, *, version: int | None = None) -> list[DetectorOutput]:
+        """Traffic from ``node``'s known incarnation arrived (``version``: its
+        detector version if the frame carried it).  A sign of life: it answers
+        any pending check and corrects a suspicion."""
+        if version is not None and not _is_uint(version):
+            raise DetectorError(f"version must be a uint64, got {version!r}")
+        out: list[DetectorOutput] = []
+        if node in self._entries and node != self._me:
+            self._alive(node, version, now, out)
+        return out
+
+    def receive(self, sender: int, msg: DetectorMessage, now: float) -> list[DetectorOutput]:
+        """Handle a detector message from ``sender``.
+
+        Raises :class:`RemoteDetectorError`, with no state change, on a malformed
+        message.  A message from an older incarnation than the known one is
+        ignored; one from a newer incarnation is a restart.  A probe is answered
+        with the entries stamped after its ``since``; a reply's entries are merged.
+        """
+        if not _is_uint(sender) or sender == self._me:
+            raise RemoteDetectorError(f"bad detector sender {sender!r}")
+        _check_message(msg, self._cfg.max_entries)
+        out: list[DetectorOutput] = []
+        known = self._entries.get(sender)
+        if known is not None:
+            if msg.incarnation < known[0]:
+                return out
+            if msg.incarnation > known[0]:
+                self._set(sender, (msg.incarnation, 0), out)
+            self._alive(sender, _shown_version(msg, self._cfg.max_entries), now, out)
+        if isinstance(msg, Probe):
+            out.append(SendDetector(sender, self._answer(msg)))
+        else:
+            self._take(sender, msg, out)
+        return out
+
+    # ----------------------------------------------------------- internals --
+
+    def _current_view(self) -> _View:
+        """The cached view, recomputed after any change of the correct set."""
+        if self._view is None:
+            me = self._me
+            correct = sorted(n for n, (_, c) in self._entries.items() if not c & 1)
+            pulls = [child for child, _ in partition_sorted(me, correct)]
+            nonempty = 0
+            for child in pulls:
+                nonempty |= 1 << (cluster(me, child) - 1)
+            chosen = {j for j in correct if j != me and _designated(me, j, nonempty)}
+            self._view = _View(frozenset(pulls), tuple(sorted(chosen.union(pulls))))
+        return self._view
+
+    def _needs_probe(self, node: int, view: _View) -> bool:
+        """No probe while one is pending, or if ``node`` was heard from since the
+        last tick and (pull targets only) showed a version we already have.  A
+        designated node that is not a pull target is probed only once it has
+        been monitored for a whole interval without a word: its own pulls to us
+        are the expected sign of life, and they need a round to show up."""
+        if node in self._pending:
+            return False
+        if node not in view.pulls:
+            return node not in self._heard and node in self._previous
+        if node not in self._heard:
+            return True
+        seen, synced = self._heard[node], self._synced(node)
+        return seen is None or synced is None or seen > synced
+
+    def _synced(self, node: int) -> int | None:
+        """The version of ``node`` we hold, for its currently known incarnation."""
+        sync = self._sync.get(node)
+        return sync[1] if sync is not None and sync[0] == self._entries[node][0] else None
+
+    def _probe(self, node: int, now: float, attempt: int = 1) -> SendDetector:
+        """A probe to ``node``, recorded as pending."""
+        target = self._entries[node][0]
+        since = self._synced(node) or 0
+        self._pending[node] = _Pending(self._round, now, target, self._epoch, attempt)
+        self._stats[_PROBES] += 1
+        msg = Probe(
+            round=self._round,
+            incarnation=self.incarnation,
+            version=self._version,
+            target=target,
+            since=since,
+        )
+        return SendDetector(node, msg)
+
+    def _expire(self, now: float) -> list[DetectorOutput]:
+        """Drop probes older than ``timeout``; suspect their targets (or, before
+        the last attempt, probe them again) unless they were heard from after
+        the probe left or changed incarnation meanwhile."""
+        out: list[DetectorOutput] = []
+        limit = self._cfg.timeout - _EPS
+        for node, p in list(self._pending.items()):
+            if now - p.sent < limit:
+                continue
+            del self._pending[node]
+            inc, counter = self._entries[node]
+            if inc != p.target or counter & 1 or self._heard_at.get(node, -math.inf) >= p.sent:
+                continue
+            if p.attempt < self._cfg.attempts:
+                out.append(self._probe(node, now, p.attempt + 1))
+            else:
+                self._stats[_TIMEOUTS] += 1
+                self._set(node, (inc, counter + 1), out)
+        return out
+
+    def _alive(self, node: int, version: int | None, now: float, out: list[DetectorOutput]) -> None:
+        """Record a sign of life from known ``node``; correct it if suspected."""
+        prev = self._heard.get(node)
+        self._heard[node] = version if prev is None else max(prev, version or 0)
+        self._heard_at[node] = now
+        inc, counter = self._entries[node]
+        if counter & 1:
+            self._set(node, (inc, counter + 1), out)
+
+    def _answer(self, probe: Probe) -> Reply:
+        """The entries stamped after ``probe.since`` (all stamped ones if the
+        probe was meant for another incarnation or claims a future version)."""
+        since = probe.since
+        if probe.target != self.incarnation or since > self._version:
+            since = 0
+        start = bisect_right(self._log, (since, MAX_ID + 1))
+        picked: list[Entry] = []
+        version = self._version
+        for stamped, node in self._log[start:]:
+            if self._stamp.get(node) != stamped:
+                continue  # superseded by a later stamp, or the node left
+            picked.append(Entry(node, *self._entries[node]))
+            if len(picked) == self._cfg.max_entries:
+                version = stamped
+                break
+        self._stats[_REPLIES] += 1
+        self._stats[_SENT] += len(picked)
+        return Reply(
+            round=probe.round, incarnation=self.incarnation, version=version, entries=tuple(picked)
+        )
+
+    def _take(self, sender: int, reply: Reply, out: list[DetectorOutput]) -> None:
+        """Merge a reply; if it answers our pending probe (same round, same sync
+        epoch), we now hold the sender's state up to ``reply.version``."""
+        p = self._pending.get(sender)
+        if p is not None and p.round == reply.round and sender in self._entries:
+            del self._pending[sender]
+            if p.epoch == self._epoch and reply.incarnation == self._entries[sender][0]:
+                self._sync[sender] = (reply.incarnation, reply.version)
+        self._stats[_RECEIVED] += len(reply.entries)
+        for e in reply.entries:
+            self._merge(e, out)
+
+    def _merge(self, e: Entry, out: list[DetectorOutput]) -> None:
+        """Adopt ``e`` if it is about a known node and newer than ours."""
+        if e.node == self._me:
+            self._about_me(e, out)
+            return
+        known = self._entries.get(e.node)
+        if known is not None and (e.incarnation, e.counter) > known:
+            self._set(e.node, (e.incarnation, e.counter), out)
+
+    def _about_me(self, e: Entry, out: list[DetectorOutput]) -> None:
+        """Someone holds a newer entry about us: we were suspected (refute with
+        the next even counter) or a newer incarnation of our id exists."""
+        inc, counter = self._entries[self._me]
+        if e.incarnation > inc:
+            out.append(SelfSuspected(e.incarnation, e.counter))
+        elif e.incarnation == inc and e.counter > counter:
+            out.append(SelfSuspected(e.incarnation, e.counter))
+            self._entries[self._me] = (inc, e.counter + (e.counter & 1))
+            self._bump(self._me)
+
+    def _set(self, node: int, new: tuple[int, int], out: list[DetectorOutput]) -> None:
+        """Replace ``node``'s entry by the newer ``new``, stamp it, report the change."""
+        old = self._entries[node]
+        self._entries[node] = new
+        self._bump(node)
+        if new[1] & 1 != old[1] & 1 or new[0] != old[0]:
+            self._view = None
+        if new[0] != old[0]:
+            self._pending.pop(node, None)
+            self._sync.pop(node, None)
+            out.append(Restarted(node, old[0], new[0]))
+            if new[1] & 1:
+                out.append(Suspected(node, new[0]))
+        elif new[1] & 1 and not old[1] & 1:
+            out.append(Suspected(node, new[0]))
+        elif old[1] & 1 and not new[1] & 1:
+            out.append(Corrected(node, new[0]))
+
+    def _bump(self, node: int) -> None:
+        """Stamp ``node``'s entry with a fresh version; compact the log when it
+        holds more than twice as many records as live stamps."""
+        self._version += 1
+        self._stamp[node] = self._version
+        self._log.append((self._version, node))
+        if len(self._log) > 2 * len(self._stamp) + 64:
+            self._log = sorted((v, n) for n, v in self._stamp.items())
+
+    def _reset_sync(self) -> None:
+        """Forget every held version: the next pull from anyone is a full one."""
+        self._sync.clear()
+        self._epoch += 1
+
+
+def _shown_version(msg: DetectorMessage, max_entries: int) -> int | None:
+    """The sender's state version a message proves, if it proves one: a full
+    reply may be a partial one, whose version is not the sender's latest."""
+    if isinstance(msg, Reply) and len(msg.entries) >= max_entries:
+        return None
+    return msg.version
+
+
+def _check_local(node: object, incarnation: object) -> None:
+    """Driver-side arguments: a 64-bit id and a uint64 incarnation."""
+    if not _is_uint(node) or not _is_uint(incarnation):
+        raise DetectorError(f"bad node {node!r} or incarnation {incarnation!r}")
