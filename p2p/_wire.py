@@ -54,10 +54,11 @@ nothing else: a packet that passes carries sizes the core accepts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from itertools import pairwise
-from typing import Final
+from typing import Any, Final
 
 import cbor2
 
@@ -176,42 +177,201 @@ class WireLimits:
 
 
 # ------------------------------------------------------------------ encoding
-
-_Cbor = int | bytes | str | bool | list["_Cbor"]
-
-
-def _ids(ids: Sequence[MsgId]) -> list[_Cbor]:
-    return [[i.source, i.incarnation, i.seq] for i in ids]
-
-
-def _round(r: RoundId) -> list[_Cbor]:
-    return [r.source, r.incarnation, r.number]
+#
+# Bodies are written here byte by byte instead of by ``cbor2.dumps`` on a tree
+# of lists: the same canonical CBOR (shortest heads, definite lengths), several
+# times faster, since cbor2's encoder makes a Python-level ``write`` per item.
+# A value the core never puts in a packet (a bool or a bignum where an int
+# belongs, a bytearray payload) is handed to ``cbor2.dumps``, so the bytes are
+# cbor2's in every case (``tests/test_wire.py`` compares the two).
 
 
-def _op(e: ViewEntry) -> list[_Cbor]:
-    return [e.node, e.incarnation, e.rc, e.subscribed]
+def _head(major: int, n: int) -> bytes:
+    """The shortest CBOR head of type ``major`` (0x00, 0x20, ... 0x80) with argument ``n``."""
+    if n < 24:
+        return bytes((major | n,))
+    if n < 0x100:
+        return bytes((major | 24, n))
+    if n < 0x10000:
+        return bytes((major | 25, n >> 8, n & 0xFF))
+    if n < 0x1_0000_0000:
+        return bytes((major | 26,)) + n.to_bytes(4, "big")
+    return bytes((major | 27,)) + n.to_bytes(8, "big")
 
 
-def _packet(p: Packet) -> list[_Cbor]:
+_UINT: Final = tuple(_head(0x00, n) for n in range(256))
+_BYTES_HEAD: Final = tuple(_head(0x40, n) for n in range(256))
+_ARRAY_HEAD: Final = tuple(_head(0x80, n) for n in range(256))
+
+
+def _e_int(v: object) -> bytes:
+    if type(v) is int:
+        if 0 <= v < 0x100:
+            return _UINT[v]
+        if 0 <= v < NODE_LIMIT:
+            return _head(0x00, v)
+        if -NODE_LIMIT <= v < 0:
+            return _head(0x20, -1 - v)
+    return cbor2.dumps(v)
+
+
+def _e_array(n: int) -> bytes:
+    return _ARRAY_HEAD[n] if n < 0x100 else _head(0x80, n)
+
+
+def _e_bytes(v: object) -> bytes:
+    if type(v) is bytes:
+        n = len(v)
+        return (_BYTES_HEAD[n] if n < 0x100 else _head(0x40, n)) + v
+    return cbor2.dumps(v)
+
+
+def _e_bool(v: object) -> bytes:
+    if v is True:
+        return b"\xf5"
+    if v is False:
+        return b"\xf4"
+    return cbor2.dumps(v)
+
+
+_TOPICS: dict[str, bytes] = {}
+"""Encoded topic names (a node uses few; cleared when it holds :data:`_CACHE_TOPICS`)."""
+
+_CACHE_TOPICS: Final = 1024
+
+
+def _e_topic(v: object) -> bytes:
+    if type(v) is not str:
+        return cbor2.dumps(v)
+    data = _TOPICS.get(v)
+    if data is None:
+        try:
+            raw = v.encode()
+        except UnicodeEncodeError:  # a lone surrogate: cbor2 raises as it always did
+            return cbor2.dumps(v)
+        if len(_TOPICS) >= _CACHE_TOPICS:
+            _TOPICS.clear()
+        data = _TOPICS[v] = _head(0x60, len(raw)) + raw
+    return data
+
+
+def _e_id(i: MsgId) -> bytes:
+    return b"\x83" + _e_int(i.source) + _e_int(i.incarnation) + _e_int(i.seq)
+
+
+def _e_round(r: RoundId) -> bytes:
+    return b"\x83" + _e_int(r.source) + _e_int(r.incarnation) + _e_int(r.number)
+
+
+def _e_op(e: ViewEntry) -> bytes:
+    return b"\x84" + _e_int(e.node) + _e_int(e.incarnation) + _e_int(e.rc) + _e_bool(e.subscribed)
+
+
+def _e_ints(values: Sequence[int]) -> bytes:
+    return _e_array(len(values)) + b"".join(map(_e_int, values))
+
+
+_UNSET: Final = object()
+
+
+def _e_messages(messages: Sequence[PubMessage]) -> bytes:
+    """The CBOR array of a round's publications.
+
+    Ids mostly share their source and incarnation (the very same int objects:
+    the core's, or the decoder's), so their encoding is kept while they do.
+    """
+    out = [_e_array(len(messages))]
+    append = out.append
+    source: object = _UNSET
+    incarnation: object = _UNSET
+    prefix = b""
+
+    def e_id(i: MsgId) -> None:
+        nonlocal source, incarnation, prefix
+        s, inc, seq = i
+        if s is not source or inc is not incarnation:
+            source, incarnation = s, inc
+            prefix = b"\x83" + _e_int(s) + _e_int(inc)
+        append(prefix)
+        append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
+
+    for m in messages:
+        append(b"\x85")
+        e_id(m.id)
+        payload = m.payload
+        if type(payload) is bytes and len(payload) < 0x100:
+            append(_BYTES_HEAD[len(payload)])
+            append(payload)
+        else:
+            append(_e_bytes(payload))
+        deps = m.deps
+        append(_e_array(len(deps)))
+        for i in deps:
+            e_id(i)
+        op_deps = m.op_deps
+        append(_e_array(len(op_deps)))
+        for i in op_deps:
+            e_id(i)
+        append(_e_int(m.prev))
+    return b"".join(out)
+
+
+_ENCODED: dict[int, tuple[tuple[PubMessage, ...], bytes]] = {}
+"""The CBOR of recent rounds' ``messages``, by identity of the tuple (which it keeps alive).
+
+A round goes to each child with the same ``messages`` and another ``dests``,
+and a relay forwards the ``messages`` it decoded: both are encoded once (a
+relay not at all: :func:`decode_frame` files the bytes it read).  Valid
+because the tuple and what it holds are immutable and the encoding is
+canonical: the bytes filed are those :func:`_e_messages` would write.
+"""
+
+_CACHE_ROUNDS: Final = 8
+
+
+def _remember(messages: tuple[PubMessage, ...], data: bytes) -> None:
+    _ENCODED[id(messages)] = (messages, data)
+    excess = len(_ENCODED) - _CACHE_ROUNDS
+    if excess > 0:  # the oldest go (insertion order); list() is atomic, for threads
+        for key in list(_ENCODED)[:excess]:
+            _ENCODED.pop(key, None)
+
+
+def _messages_cbor(messages: tuple[PubMessage, ...]) -> bytes:
+    hit = _ENCODED.get(id(messages))
+    if hit is not None and hit[0] is messages:
+        return hit[1]
+    data = _e_messages(messages)
+    _remember(messages, data)
+    return data
+
+
+def _e_packet(p: Packet) -> bytes:
     if isinstance(p, PubRound):
-        msgs: list[_Cbor] = [
-            [
-                [m.id.source, m.id.incarnation, m.id.seq],
-                m.payload,
-                _ids(m.deps),
-                _ids(m.op_deps),
-                m.prev,
-            ]
-            for m in p.messages
-        ]
-        return [_PUB, _round(p.round), p.topic, msgs, list(p.dests)]
+        return (
+            b"\x85\x00"
+            + _e_round(p.round)
+            + _e_topic(p.topic)
+            + _messages_cbor(p.messages)
+            + _e_ints(p.dests)
+        )
     if isinstance(p, Sub):
-        return [_SUB, _round(p.round), p.topic, _op(p.op)]
+        return b"\x84\x01" + _e_round(p.round) + _e_topic(p.topic) + _e_op(p.op)
     if isinstance(p, Uns):
-        return [_UNS, _round(p.round), p.topic, _op(p.op), list(p.dests)]
+        return b"\x85\x02" + _e_round(p.round) + _e_topic(p.topic) + _e_op(p.op) + _e_ints(p.dests)
     if isinstance(p, Ack):
-        bounds: list[_Cbor] = [[b.node, b.incarnation, b.first_owned] for b in p.bounds]
-        return [_ACK, _round(p.round), p.topic, [_op(e) for e in p.view], bounds]
+        return (
+            b"\x85\x03"
+            + _e_round(p.round)
+            + _e_topic(p.topic)
+            + _e_array(len(p.view))
+            + b"".join(map(_e_op, p.view))
+            + _e_array(len(p.bounds))
+            + b"".join(
+                b"\x83" + _e_int(b.node) + _e_int(b.incarnation) + _e_int(b.first_owned)
+                for b in p.bounds
+            )
+        )
     raise TypeError(f"not a packet: {type(p).__name__}")
 
 
@@ -237,16 +397,23 @@ def encode_packets(
     The packets come from the local core and are trusted; :func:`decode_frame`
     is where the receiver checks them.
     """
-    flat: list[_Cbor] = []
+    parts: list[bytes] = []
     for p in packets:
         if isinstance(p, Bundle):
-            flat.extend(_packet(q) for q in p.packets)
+            parts.extend(map(_e_packet, p.packets))
         else:
-            flat.append(_packet(p))
-    if exchange is None:
-        return cbor2.dumps([PROTOCOL_VERSION, flat])
-    records: list[_Cbor] = list(exchange.records)
-    return cbor2.dumps([PROTOCOL_VERSION, flat, [exchange.reply, records]])
+            parts.append(_e_packet(p))
+    body = [
+        b"\x82" if exchange is None else b"\x83",
+        _e_int(PROTOCOL_VERSION),
+        _e_array(len(parts)),
+    ]
+    body += parts
+    if exchange is not None:
+        records = exchange.records
+        body += (b"\x82", _e_bool(exchange.reply), _e_array(len(records)))
+        body += map(_e_bytes, records)
+    return b"".join(body)
 
 
 def frame(body: bytes) -> bytes:
@@ -257,6 +424,305 @@ def frame(body: bytes) -> bytes:
 
 
 # ------------------------------------------------------------------ decoding
+#
+# Two decoders.  The *checked* one (:func:`_decode_checked`) is the reference:
+# it scans the raw bytes, lets ``cbor2`` build the tree, checks every value
+# against the schema, and its errors say what is wrong.  The *direct* one
+# (:func:`_decode_direct`) reads the frames the runtime exchanges all the time
+# (PUB rounds and plain ACKs, no peer exchange) from the bytes straight into
+# packets, in one pass, by the same rules (shortest heads, types, ranges,
+# sizes, item count, no trailing bytes); on anything else, or anything wrong,
+# it gives up and the checked decoder decides.  So the direct decoder only
+# ever accepts a body the checked one accepts, with the same packets
+# (``tests/test_wire.py`` runs both on every fuzzed body), and every error
+# comes from the checked one.
+
+
+class _GiveUpError(Exception):
+    """The direct decoder leaves this body to the checked one."""
+
+
+_U16: Final = struct.Struct(">H").unpack_from
+_U32: Final = struct.Struct(">I").unpack_from
+_U64: Final = struct.Struct(">Q").unpack_from
+
+
+def _arg(b: bytes, p: int, major: int) -> tuple[int, int]:
+    """The argument of the head at ``b[p]`` if it has type ``major`` and its shortest
+    form, and the position after the head; :class:`_GiveUpError` otherwise.
+
+    A head cut short by the end of ``b`` raises ``IndexError`` or ``struct.error``.
+    """
+    info = b[p] - major
+    if 0 <= info < 24:
+        return info, p + 1
+    if info == 24:
+        v = b[p + 1]
+        if v >= 24:
+            return v, p + 2
+    elif info == 25:
+        (v,) = _U16(b, p + 1)
+        if v >= 0x100:
+            return v, p + 3
+    elif info == 26:
+        (v,) = _U32(b, p + 1)
+        if v >= 0x10000:
+            return v, p + 5
+    elif info == 27:
+        (v,) = _U64(b, p + 1)
+        if v >= 0x1_0000_0000:
+            return v, p + 9
+    raise _GiveUpError
+
+
+def _ctr_at(b: bytes, p: int) -> tuple[int, int]:
+    v, p = _arg(b, p, 0x00)
+    if v >= COUNTER_LIMIT:
+        raise _GiveUpError
+    return v, p
+
+
+_new_tuple = tuple.__new__
+
+
+_MessageMaker = Callable[[MsgId, bytes, tuple[MsgId, ...], tuple[MsgId, ...], int], PubMessage]
+
+
+def _message_maker() -> _MessageMaker:
+    """A constructor of :class:`PubMessage` without the frozen dataclass' ``__init__``
+    (five ``object.__setattr__`` calls): it fills the slots directly.  Falls
+    back to the class itself if its layout is not the one this code knows."""
+    names = ("id", "payload", "deps", "op_deps", "prev")
+    if (
+        tuple(f.name for f in fields(PubMessage)) != names
+        or getattr(PubMessage, "__slots__", ()) != names
+        or hasattr(PubMessage, "__post_init__")
+    ):
+        return PubMessage
+    set_id, set_payload, set_deps, set_op_deps, set_prev = (
+        PubMessage.__dict__[n].__set__ for n in names
+    )
+    new = object.__new__
+
+    def make(
+        mid: MsgId, payload: bytes, deps: tuple[MsgId, ...], op_deps: tuple[MsgId, ...], prev: int
+    ) -> PubMessage:
+        m: PubMessage = new(PubMessage)
+        set_id(m, mid)
+        set_payload(m, payload)
+        set_deps(m, deps)
+        set_op_deps(m, op_deps)
+        set_prev(m, prev)
+        return m
+
+    return make
+
+
+_new_message: Final = _message_maker()
+
+_TOPIC_NAMES: dict[bytes, str] = {}
+"""Decoded topic names by their UTF-8 bytes (cleared when it holds :data:`_CACHE_TOPICS`)."""
+
+
+def _id_at(b: bytes, p: int, last: list[Any]) -> tuple[MsgId, int]:
+    """The id at ``b[p]``.  ``last`` is ``[head, source, incarnation]`` of the previous
+    id read: ids of a round mostly share them, and the bytes ``head`` (array
+    head, source, incarnation) were already checked, so they are not read again."""
+    head = last[0]
+    if head and b.startswith(head, p):
+        p += len(head)
+        source, incarnation = last[1], last[2]
+    else:
+        if b[p] != 0x83:
+            raise _GiveUpError
+        source, q = _arg(b, p + 1, 0x00)
+        incarnation, q = _ctr_at(b, q)
+        last[:] = (b[p:q], source, incarnation)
+        p = q
+    h = b[p]  # the sequence number, its usual heads inline
+    if h < 24:
+        seq = h
+        p += 1
+    elif h == 0x19:
+        (seq,) = _U16(b, p + 1)
+        if seq < 0x100:
+            raise _GiveUpError
+        p += 3
+    else:
+        seq, p = _ctr_at(b, p)
+    return _new_tuple(MsgId, (source, incarnation, seq)), p
+
+
+def _ids_at(b: bytes, p: int, last: list[Any], limit: int) -> tuple[tuple[MsgId, ...], int]:
+    h = b[p]
+    if h == 0x80:
+        return (), p + 1
+    if h == 0x81:
+        mid, p = _id_at(b, p + 1, last)
+        return (mid,), p
+    n, p = _arg(b, p, 0x80)
+    if n > limit:
+        raise _GiveUpError
+    ids = []
+    for _ in range(n):
+        mid, p = _id_at(b, p, last)
+        ids.append(mid)
+    return tuple(ids), p
+
+
+def _messages_at(
+    b: bytes, p: int, lim: WireLimits, budget: int
+) -> tuple[tuple[PubMessage, ...], int, int]:
+    """A PUB's messages array at ``b[p]``: the messages, the position after them and
+    their CBOR item count, at most ``budget`` (checked as it goes, so that no more
+    objects are built than ``max_items`` allows)."""
+    n, p = _arg(b, p, 0x80)
+    if n > lim.max_round_messages:
+        raise _GiveUpError
+    max_payload, max_barrier = lim.max_payload, lim.max_barrier
+    last: list[Any] = [b"", 0, 0]
+    messages = []
+    items = total = 0
+    make = _new_message
+    id_at = _id_at
+    for _ in range(n):
+        if b[p] != 0x85:
+            raise _GiveUpError
+        mid, p = id_at(b, p + 1, last)
+        h = b[p]
+        if 0x40 <= h < 0x58:
+            size = h - 0x40
+            p += 1
+        elif h == 0x58:
+            size = b[p + 1]
+            if size < 24:
+                raise _GiveUpError
+            p += 2
+        else:
+            size, p = _arg(b, p, 0x40)
+        if size > max_payload:
+            raise _GiveUpError
+        payload = b[p : p + size]
+        p += size
+        h = b[p]
+        if h == 0x81:
+            dep, p = id_at(b, p + 1, last)
+            deps: tuple[MsgId, ...] = (dep,)
+        else:
+            deps, p = _ids_at(b, p, last, max_barrier)
+        if b[p] == 0x80:
+            op_deps: tuple[MsgId, ...] = ()
+            p += 1
+        else:
+            op_deps, p = _ids_at(b, p, last, max_barrier)
+        barrier = len(deps) + len(op_deps)
+        if barrier > max_barrier:
+            raise _GiveUpError
+        h = b[p]
+        if h == 0x20:
+            prev = -1
+            p += 1
+        elif h == 0x19:
+            (prev,) = _U16(b, p + 1)
+            if prev < 0x100:
+                raise _GiveUpError
+            p += 3
+        else:
+            prev, p = _ctr_at(b, p)
+        items += 9 + 4 * barrier
+        if items > budget:
+            raise _GiveUpError
+        messages.append(make(mid, payload, deps, op_deps, prev))
+        total += size
+    if n > 1 and total > lim.max_round_bytes:
+        raise _GiveUpError
+    return tuple(messages), p, items
+
+
+def _round_at(b: bytes, p: int) -> tuple[RoundId, int]:
+    if b[p] != 0x83:
+        raise _GiveUpError
+    source, p = _arg(b, p + 1, 0x00)
+    incarnation, p = _ctr_at(b, p)
+    number, p = _ctr_at(b, p)
+    return RoundId(source, incarnation, number), p
+
+
+def _topic_at(b: bytes, p: int, lim: WireLimits) -> tuple[str, int]:
+    size, p = _arg(b, p, 0x60)
+    if not 0 < size <= lim.max_topic_len:
+        raise _GiveUpError
+    raw = b[p : p + size]
+    topic = _TOPIC_NAMES.get(raw)
+    if topic is None:
+        topic = raw.decode()  # strict UTF-8, as cbor2's; an error means: give up
+        if len(_TOPIC_NAMES) >= _CACHE_TOPICS:
+            _TOPIC_NAMES.clear()
+        _TOPIC_NAMES[raw] = topic
+    return topic, p + size
+
+
+def _dests_at(b: bytes, p: int, lim: WireLimits) -> tuple[tuple[int, ...], int]:
+    n, p = _arg(b, p, 0x80)
+    if n > lim.max_dests:
+        raise _GiveUpError
+    dests = []
+    before = -1
+    for _ in range(n):
+        node, p = _arg(b, p, 0x00)
+        if node <= before:
+            raise _GiveUpError
+        dests.append(node)
+        before = node
+    return tuple(dests), p
+
+
+def _decode_direct(body: bytes, lim: WireLimits) -> list[Packet] | None:
+    """The packets of ``body`` if it holds only PUB rounds and plain ACKs (no view, no
+    bounds) and no peer exchange, all valid; ``None``: leave it to the checked decoder."""
+    if type(body) is not bytes:
+        return None
+    try:
+        return _direct(body, lim)
+    except Exception:  # _GiveUpError, a read past the end, bad UTF-8: the checked decoder decides
+        return None
+
+
+def _direct(b: bytes, lim: WireLimits) -> list[Packet]:
+    if b[0] != 0x82 or b[1] != PROTOCOL_VERSION:  # [version, packets]: no exchange
+        raise _GiveUpError
+    count, p = _arg(b, 2, 0x80)
+    if not 0 < count <= lim.max_packets:
+        raise _GiveUpError
+    items = 3  # the body, the version, the packets array
+    packets: list[Packet] = []
+    spans = []
+    for _ in range(count):
+        if b[p] != 0x85:
+            raise _GiveUpError
+        tag = b[p + 1]
+        rid, p = _round_at(b, p + 2)
+        topic, p = _topic_at(b, p, lim)
+        if tag == _PUB:
+            start = p
+            messages, p, msg_items = _messages_at(b, p, lim, lim.max_items - items)
+            spans.append((messages, start, p))
+            dests, p = _dests_at(b, p, lim)
+            items += 9 + msg_items + len(dests)
+            packets.append(PubRound(rid, topic, messages, dests))
+        elif tag == _ACK and b[p] == 0x80 and b[p + 1] == 0x80:  # no view, no bounds
+            p += 2
+            items += 9
+            packets.append(Ack(rid, topic))
+        else:
+            raise _GiveUpError
+        if items > lim.max_items:
+            raise _GiveUpError
+    if p != len(b):
+        raise _GiveUpError
+    for messages, start, stop in spans:  # a relay forwards them as they came
+        _remember(messages, b[start:stop])
+    return packets
 
 
 def _scan(body: bytes, max_items: int) -> None:
@@ -470,6 +936,14 @@ def decode_frame(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExc
     """
     if len(body) > limits.max_frame:
         raise WireError(f"body of {len(body)} bytes exceeds max_frame={limits.max_frame}")
+    packets = _decode_direct(body, limits)
+    if packets is not None:
+        return packets, None
+    return _decode_checked(body, limits)
+
+
+def _decode_checked(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExchange | None]:
+    """:func:`decode_frame` by the reference rules: scan, ``cbor2``, schema checks."""
     _scan(body, limits.max_items)
     try:
         tree: object = cbor2.loads(body, allow_indefinite=False, max_depth=MAX_DEPTH + 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -10,18 +11,22 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from causal import MsgId
 from p2p._discovery import Peer
 from p2p._errors import SecurityError
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p._node import (
+    DELIVERY_BATCH,
     Delivery,
     Node,
     NodeConfig,
     NodeError,
+    Subscription,
     TraceHook,
     _Link,
+    _new_delivery,
     open_node,
     parse_address,
 )
@@ -296,5 +301,95 @@ def test_publish_refuses_a_non_bytes_payload(tmp_path: Path) -> None:
             await node.subscribe("t")
             with pytest.raises(TypeError, match="bytes"):
                 await node.publish("t", "text")  # type: ignore[arg-type]
+
+    trio.run(main)
+
+
+def test_fast_delivery_constructor_builds_the_same_frozen_delivery() -> None:
+    args = ("t", 1 << 63, 2, 3, b"payload", True, 1.5)
+    fast, slow = _new_delivery(*args), Delivery(*args)
+    assert type(fast) is Delivery
+    assert fast == slow
+    assert hash(fast) == hash(slow)
+    assert repr(fast) == repr(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.seq = 4  # type: ignore[misc]
+
+
+def _delivery(seq: int) -> Delivery:
+    return Delivery("t", 1, 0, seq, b"", False)
+
+
+def test_subscription_queue() -> None:
+    """Bounded; a reader waits for the next delivery, then takes what is queued in order
+    with a schedule point every DELIVERY_BATCH; after the end, what was queued before it."""
+    count = DELIVERY_BATCH * 3
+
+    class Steps(trio.abc.Instrument):
+        def __init__(self) -> None:
+            self.reader: trio.lowlevel.Task | None = None
+            self.steps = 0
+
+        def before_task_step(self, task: trio.lowlevel.Task) -> None:
+            self.steps += task is self.reader
+
+    steps = Steps()
+
+    async def main() -> None:
+        sub = Subscription("t", capacity=count)
+        got: list[int] = []
+
+        async def read() -> None:
+            steps.reader = trio.lowlevel.current_task()
+            async for d in sub:
+                got.append(d.seq)
+
+        trio.lowlevel.add_instrument(steps)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sub._put(_delivery(0))  # wakes the waiting reader
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == [0]
+            before = steps.steps
+            for i in range(1, count + 1):
+                assert sub._put(_delivery(i))
+            assert not sub._put(_delivery(-1))  # full: the node counts it as dropped
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == list(range(count + 1))
+            assert steps.steps - before <= count // DELIVERY_BATCH + 2  # not one per delivery
+            sub._put(_delivery(count + 1))
+            sub._close()
+        assert got == list(range(count + 2))  # the end came after everything queued
+        with pytest.raises(trio.EndOfChannel):
+            await sub.receive()
+
+    trio.run(main)
+
+
+def test_subscription_receive_is_a_cancellation_point() -> None:
+    async def main() -> None:
+        sub = Subscription("t", capacity=10)
+        sub._put(_delivery(1))
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await sub.receive()
+        assert scope.cancelled_caught
+        assert (await sub.receive()).seq == 1  # still there
+
+    trio.run(main)
+
+
+def test_unsubscribe_ends_the_iteration(tmp_path: Path) -> None:
+    (d,) = _fleet(tmp_path, 1)
+
+    async def main() -> None:
+        async with open_node(d, NodeConfig(discovery=False)) as node:
+            sub = await node.subscribe("t")
+            await node.publish("t", b"a")
+            await node.publish("t", b"b")
+            await node.unsubscribe("t")
+            with trio.fail_after(5):
+                assert [x.payload async for x in sub] == [b"a", b"b"]
 
     trio.run(main)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from causal import MsgId
 from p2p._errors import P2PError
 from p2p._wire import (
+    _ENCODED,
     COUNTER_LIMIT,
     NODE_LIMIT,
     PROTOCOL_VERSION,
@@ -29,6 +30,8 @@ from p2p._wire import (
     PeerExchange,
     WireError,
     WireLimits,
+    _decode_checked,
+    _decode_direct,
     decode_frame,
     decode_packets,
     encode_packets,
@@ -121,6 +124,79 @@ def test_round_trip(seq: list[Packet | Bundle]) -> None:
     body = encode_packets(seq)
     assert decode_packets(body, LIMITS) == flatten(seq)
     assert FrameReader(LIMITS).feed(frame(body)) == [body]
+    direct = _decode_direct(body, LIMITS)
+    assert direct is None or direct == flatten(seq)
+    if all(isinstance(p, PubRound) or p == Ack(p.round, p.topic) for p in flatten(seq)):
+        assert direct is not None  # the runtime's usual frames take the direct decoder
+
+
+def cbor_tree(p: Packet) -> list[object]:
+    """``p`` as the documented tree of CBOR arrays (what ``cbor2.dumps`` encodes)."""
+
+    def ids(v: tuple[MsgId, ...]) -> list[object]:
+        return [list(i) for i in v]
+
+    def op(e: ViewEntry) -> list[object]:
+        return [e.node, e.incarnation, e.rc, e.subscribed]
+
+    r = [p.round.source, p.round.incarnation, p.round.number]
+    if isinstance(p, PubRound):
+        msgs = [[list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev] for m in p.messages]
+        return [0, r, p.topic, msgs, list(p.dests)]
+    if isinstance(p, Sub):
+        return [1, r, p.topic, op(p.op)]
+    if isinstance(p, Uns):
+        return [2, r, p.topic, op(p.op), list(p.dests)]
+    bounds = [[b.node, b.incarnation, b.first_owned] for b in p.bounds]
+    return [3, r, p.topic, [op(e) for e in p.view], bounds]
+
+
+@given(
+    st.lists(items, max_size=5),
+    st.none()
+    | st.builds(
+        PeerExchange, st.lists(st.binary(), min_size=1, max_size=3).map(tuple), st.booleans()
+    ),
+)
+def test_encoding_is_cbor2s(seq: list[Packet | Bundle], exchange: PeerExchange | None) -> None:
+    """The hand-written encoder writes exactly the bytes ``cbor2.dumps`` writes for the tree,
+    whether a round's messages were encoded before (cached) or not."""
+    tree: list[object] = [PROTOCOL_VERSION, [cbor_tree(p) for p in flatten(seq)]]
+    if exchange is not None:
+        tree.append([exchange.reply, list(exchange.records)])
+    _ENCODED.clear()
+    assert encode_packets(seq, exchange) == cbor2.dumps(tree)
+    assert encode_packets(seq, exchange) == cbor2.dumps(tree)
+
+
+def test_encoding_of_values_the_core_never_sends_is_cbor2s() -> None:
+    """A bool or a bignum where an int belongs, a bytearray payload: still cbor2's bytes."""
+    odd = PubMessage(MsgId(True, 1 << 70, -(1 << 70)), bytearray(b"ab"), (), (), False)  # type: ignore[arg-type]
+    packet = PubRound(RoundId(1, 2, 3), "t", (odd,), (0, 1 << 64))
+    tree = [PROTOCOL_VERSION, [cbor_tree(packet)]]
+    assert encode_packets([packet]) == cbor2.dumps(tree)
+
+
+def test_relay_forwards_the_bytes_it_decoded() -> None:
+    """A decoded round's messages are encoded again from the bytes that carried them
+    (the core forwards the same tuple with other ``dests``): the same bytes."""
+    msgs = (
+        PubMessage(
+            MsgId(NODE_LIMIT - 1, 3, 300), b"x" * 72, (MsgId(NODE_LIMIT - 1, 3, 299),), (), 299
+        ),
+        PubMessage(
+            MsgId(NODE_LIMIT - 1, 3, 301), b"", (MsgId(7, 0, 1 << 40),), (MsgId(9, 1, 2),), 300
+        ),
+    )
+    body = encode_packets([PubRound(RoundId(NODE_LIMIT - 1, 3, 9), "t", msgs, (4, 6))])
+    _ENCODED.clear()
+    [got] = decode_packets(body, LIMITS)
+    assert isinstance(got, PubRound)
+    assert id(got.messages) in _ENCODED
+    forward = PubRound(got.round, got.topic, got.messages, (6,))
+    relayed = encode_packets([forward])
+    _ENCODED.clear()
+    assert relayed == encode_packets([forward])
 
 
 @given(packets)
@@ -298,6 +374,7 @@ REJECT: dict[str, tuple[bytes, str]] = {
 
 @pytest.mark.parametrize(("raw", "match"), REJECT.values(), ids=REJECT.keys())
 def test_decode_rejects(raw: bytes, match: str) -> None:
+    assert _decode_direct(raw, SMALL) is None  # the direct decoder gives up, too
     with pytest.raises(WireError, match=match):
         decode_frame(raw, SMALL)
     with pytest.raises(WireError, match=match):
@@ -417,30 +494,42 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(b)
 
 
-def only_wire_errors(data: bytes) -> int:
+def only_wire_errors(data: bytes, limits: WireLimits = FUZZ_LIMITS) -> int:
     """Throw ``data`` at the body decoder and at a stream reader; count accepted bodies."""
     accepted = 0
     for candidate in (data, data[4:]):
+        direct = _decode_direct(candidate, limits)
         try:
-            decoded = decode_packets(candidate, FUZZ_LIMITS)
+            checked: tuple[list[Packet], PeerExchange | None] | None
+            checked = _decode_checked(candidate, limits)
+        except WireError:
+            checked = None
+        # the direct decoder accepts only what the checked one accepts, as the same packets
+        assert direct is None or checked == (direct, None)
+        try:
+            decoded = decode_packets(candidate, limits)
         except WireError:
             continue
         accepted += 1
         # strictness: an accepted body is the one canonical encoding of its packets
+        # (encoded from the packets, not from the bytes the decoder filed for relaying)
+        _ENCODED.clear()
         assert encode_packets(decoded) == candidate
-    reader = FrameReader(FUZZ_LIMITS)
+    reader = FrameReader(limits)
     try:
         for i in range(0, len(data), 7):
             for b in reader.feed(data[i : i + 7]):
-                decode_packets(b, FUZZ_LIMITS)
+                decode_packets(b, limits)
     except WireError:
         pass
     return accepted
 
 
-def fuzz(count: int, make: Callable[[random.Random], bytes]) -> int:
+def fuzz(
+    count: int, make: Callable[[random.Random], bytes], limits: WireLimits = FUZZ_LIMITS
+) -> int:
     rng = random.Random(0x5EED)
-    return sum(only_wire_errors(make(rng)) for _ in range(count))
+    return sum(only_wire_errors(make(rng), limits) for _ in range(count))
 
 
 def test_fuzz_random_bytes() -> None:
@@ -495,3 +584,49 @@ def test_fuzz_mutated_trees() -> None:
 @given(st.binary(max_size=200))
 def test_fuzz_hypothesis_bytes(data: bytes) -> None:
     only_wire_errors(data)
+
+
+def direct_seeds() -> list[bytes]:
+    """Valid frames of PUB rounds and plain ACKs only: what the direct decoder reads."""
+    big = NODE_LIMIT - 1
+    rid = RoundId(big, 2, 5)
+
+    def msg(seq: int, payload: bytes, prev: int, *, ops: int = 0) -> PubMessage:
+        op_deps = tuple(MsgId(9, 1, 4 + k) for k in range(ops))
+        return PubMessage(MsgId(big, 2, seq), payload, (MsgId(big, 2, seq - 1),), op_deps, prev)
+
+    round_ = tuple(msg(s, bytes([s % 256]) * (s % 30), s - 1) for s in range(250, 262))
+    mixed = (msg(1, b"", -1, ops=2), msg(1 << 40, b"y" * 24, 1), msg(70000, b"z" * 300, 1 << 40))
+    sample: list[list[Packet | Bundle]] = [
+        [PubRound(rid, "t", round_, (3, 1 << 33))],
+        [PubRound(rid, "é/b", mixed, ()), Ack(RoundId(4, 0, 23), "t")],
+        [Ack(rid, "abc"), PubRound(RoundId(0, 0, 0), "t", (), (0,))],
+    ]
+    return [frame(encode_packets(s)) for s in sample]
+
+
+DIRECT_LIMITS = WireLimits(
+    max_frame=1 << 16,
+    max_items=200,
+    max_topic_len=4,
+    max_payload=300,
+    max_round_messages=12,
+    max_round_bytes=400,
+    max_barrier=3,
+    max_dests=2,
+)
+"""Limits that the seeds above reach, so that mutations cross them."""
+
+
+def test_fuzz_direct_decoder_agrees_with_checked() -> None:
+    """Mutations of the frames the direct decoder reads, byte- and tree-wise: wherever it
+    accepts, the checked decoder accepts the same packets (asserted in only_wire_errors)."""
+    valid = direct_seeds()
+    assert all(_decode_direct(v[4:], DIRECT_LIMITS) is not None for v in valid)
+    accepted = fuzz(10_000, lambda rng: mutate(rng, rng.choice(valid)), DIRECT_LIMITS)
+    accepted += fuzz(
+        10_000,
+        lambda rng: b"\x00\x00\x00\x00" + mutate_tree(rng, rng.choice(valid)),
+        DIRECT_LIMITS,
+    )
+    assert accepted > 100
