@@ -18,6 +18,14 @@ process on a host), a per-source sequence number, the source's index, padding.
 Systems: ``ours`` (:func:`p2p._node.open_node`, mDNS discovery, PSK fleet,
 causal order and encryption always on), ``zmq`` (pyzmq XPUB/SUB over TCP) and
 ``zenoh`` (eclipse-zenoh in peer mode over TCP).
+
+``python -m bench._runtime_workers inprocess MESSAGES {off,on,noop}`` is a
+separate diagnostic, not driven by the parent: three of our nodes in this one
+process, a 1 -> 2 fan-out of MESSAGES publications, with telemetry off, on,
+or on with the recorder's calls replaced by no-ops (what the node's own
+bookkeeping costs).  Nothing periodic runs during it, so under
+``valgrind --tool=callgrind`` the instruction count of two runs with
+different MESSAGES gives instructions per message (``docs/telemetry.md``).
 """
 
 from __future__ import annotations
@@ -79,6 +87,10 @@ class Spec:
     """``ours``: ``PubSubConfig.max_round_messages`` (0: the library's default)."""
     seeds: bool = False
     """``ours``: find peers through static seeds (every other node) instead of mDNS."""
+    telemetry_dir: str = ""
+    """``ours``: record telemetry into this spool directory (``NodeConfig.telemetry_dir``)."""
+    telemetry_window: float = 0.0
+    """``ours``: seconds per telemetry window (0: the library's default)."""
 
     @staticmethod
     def from_json(text: str) -> Spec:
@@ -412,17 +424,22 @@ def _trace_hook(fh: IO[str]) -> Callable[[str, str, int | None, int | None], Non
 
 
 def _ours_config(spec: Spec) -> Any:
-    """The node's settings: defaults, mDNS with the run's service type or static seeds."""
+    """The node's settings: defaults, mDNS with the run's service type or static seeds,
+    and telemetry if the spec asks for it."""
     from p2p._node import NodeConfig
     from topics import PubSubConfig
 
-    pubsub = PubSubConfig()
+    options: dict[str, Any] = {"pubsub": PubSubConfig()}
     if spec.round_messages:
-        pubsub = PubSubConfig(max_round_messages=spec.round_messages)
+        options["pubsub"] = PubSubConfig(max_round_messages=spec.round_messages)
+    if spec.telemetry_dir:
+        options["telemetry_dir"] = spec.telemetry_dir
+        if spec.telemetry_window:
+            options["telemetry_window"] = spec.telemetry_window
     if not spec.seeds:
-        return NodeConfig(service_type=spec.service_type, pubsub=pubsub)
+        return NodeConfig(service_type=spec.service_type, **options)
     seeds = tuple(f"127.0.0.1:{p}" for i, p in enumerate(spec.ports) if i != spec.index)
-    return NodeConfig(port=spec.ports[spec.index], discovery=False, seeds=seeds, pubsub=pubsub)
+    return NodeConfig(port=spec.ports[spec.index], discovery=False, seeds=seeds, **options)
 
 
 async def _ours_command(word: str) -> list[str]:
@@ -656,13 +673,108 @@ def _zenoh_handler(box: list[Recorder], stop: threading.Event) -> Callable[[Any]
     return on_sample
 
 
+# --------------------------------------------------------------- in-process
+
+INPROCESS_MODES = ("off", "on", "noop")
+
+
+def run_inprocess(messages: int, mode: str) -> dict[str, Any]:
+    """Three of our nodes in this process: node 0 publishes ``messages`` 64-byte
+    publications flat out (at most :data:`OURS_WINDOW_ROUNDS` rounds queued), the
+    other two receive them all; CPU time of the process from the first publication
+    to the last delivery.  Telemetry ``off``, ``on`` (default recorder, one spool per
+    node) or ``noop`` (on, with ``Recorder.published``, ``delivered`` and ``acked``
+    doing nothing).  Peer exchange and telemetry windows are an hour apart, so no
+    periodic work grows with the run's wall time (long under valgrind).
+    """
+    import tempfile
+    from pathlib import Path
+
+    import trio
+
+    from p2p._identity import add_node, init_fleet
+    from p2p._node import NodeConfig, open_node
+    from p2p.telemetry._recorder import Recorder
+
+    if mode not in INPROCESS_MODES or messages < 1:
+        raise ValueError(f"need MESSAGES >= 1 and a mode in {INPROCESS_MODES}")
+    if mode == "noop":
+        Recorder.published = lambda self, topic: None  # type: ignore[method-assign]
+        Recorder.delivered = lambda self, topic, latency_ms, holdback_ms: None  # type: ignore[method-assign]
+        Recorder.acked = lambda self, topic, ms: None  # type: ignore[method-assign]
+
+    async def fanout(root: Path) -> float:
+        def config(i: int, seeds: tuple[str, ...] = ()) -> NodeConfig:
+            if mode == "off":
+                return NodeConfig(discovery=False, seeds=seeds, seed_interval=3600.0)
+            spool = root / f"spool{i}"
+            return NodeConfig(discovery=False, seeds=seeds, seed_interval=3600.0,
+                              telemetry_dir=spool, telemetry_window=3600.0)  # fmt: skip
+
+        async with open_node(root / "node0", config(0)) as pub:
+            seeds = (f"127.0.0.1:{pub.port}",)
+            async with (
+                open_node(root / "node1", config(1, seeds)) as a,
+                open_node(root / "node2", config(2, seeds)) as b,
+            ):
+                nodes = (pub, a, b)
+                with trio.fail_after(60):
+                    while any(len(n.members()) < len(nodes) for n in nodes):
+                        await trio.sleep(0.01)
+                subs = [await n.subscribe(TOPIC) for n in nodes]
+                got = [0, 0]
+                done = trio.Event()
+
+                async def receive(sub: Any, i: int) -> None:  # i < 0: the publisher's own
+                    async for d in sub:
+                        if i >= 0 and not d.own:
+                            got[i] += 1
+                            if min(got) >= messages:
+                                done.set()
+
+                async with trio.open_nursery() as nursery:
+                    for i, sub in enumerate(subs):
+                        nursery.start_soon(receive, sub, i - 1)
+                    await trio.sleep(0.2)
+                    t0 = cpu_s()
+                    limit = OURS_WINDOW_ROUNDS * pub.config.pubsub.max_round_messages
+                    sent = 0
+                    while sent < messages:
+                        room = min(limit - pub.core.queued(TOPIC), messages - sent)
+                        for _ in range(room):
+                            await pub.publish(TOPIC, payload(sent, 0))
+                            sent += 1
+                        await trio.sleep(0 if room > 0 else 0.0005)
+                    await done.wait()
+                    cpu = cpu_s() - t0
+                    nursery.cancel_scope.cancel()
+        return cpu
+
+    with tempfile.TemporaryDirectory(prefix="bench-inprocess-") as tmp:
+        root = Path(tmp)
+        init_fleet(root / "fleet", psk=True, name="bench")
+        for i in range(3):
+            add_node(root / "fleet", root / f"node{i}", name=f"bench{i}")
+        cpu = trio.run(fanout, root)
+    return {"messages": messages, "mode": mode, "cpu_us_per_msg": 1e6 * cpu / messages}
+
+
 # --------------------------------------------------------------------- main
 
 RUNNERS: dict[str, Callable[[Spec], None]] = {"ours": run_ours, "zmq": run_zmq, "zenoh": run_zenoh}
 
 
 def main(argv: list[str]) -> int:
-    """Run the worker described by ``argv[0]`` (a :class:`Spec` as JSON)."""
+    """Run the worker described by ``argv[0]`` (a :class:`Spec` as JSON), or
+    ``inprocess MESSAGES MODE`` (:func:`run_inprocess`)."""
+    if argv[:1] == ["inprocess"]:
+        if len(argv) != 3 or not argv[1].isdigit() or argv[2] not in INPROCESS_MODES:
+            print(f"usage: python -m bench._runtime_workers inprocess MESSAGES "
+                  f"{{{','.join(INPROCESS_MODES)}}}", file=sys.stderr)  # fmt: skip
+            return 2
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        print(json.dumps(run_inprocess(int(argv[1]), argv[2])))
+        return 0
     spec = Spec.from_json(argv[0])
     try:
         RUNNERS[spec.system](spec)

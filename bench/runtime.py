@@ -30,6 +30,12 @@ node (``bench._runtime_workers``), 64-byte payloads, TCP on 127.0.0.1:
                for ``ours``, the run's trace checked for causal order,
                FIFO and exactly-once (``p2p.sim.check_trace``).
 ``import``     ``python -c "import X"`` wall time, minus the bare interpreter's.
+``telemetry``  ours only: ``throughput`` and ``latency`` with telemetry recording
+               off and on (``NodeConfig.telemetry_dir``, a spool per node),
+               runs interleaved in pairs (off/on, then on/off, ...): the on/off
+               ratios, the spool bytes written per node per second, and the
+               spool's counters checked against the harness's counts.  Not in
+               the default ``--only``.
 
 Our nodes find each other by mDNS (a service type of their own per run) in a
 throw-away PSK fleet; causal order and encryption are always on.  The table
@@ -65,11 +71,13 @@ from bench._runtime_workers import PROFILE_ENV, TOPIC, Spec
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
+WORKLOADS = frozenset({"cold", "latency", "throughput", "hot", "import", "telemetry"})
 NODES = 5
 """Processes per workload: 1 publisher + 4 subscribers, or 5 hot-topic peers."""
 TARGET_RSS_MB = 40.0
 TARGET_P99_MS = 5.0
 TARGET_TPUT_RATIO = 0.5
+TARGET_TELEMETRY_RATIO = 0.95
 
 
 class BenchError(RuntimeError):
@@ -98,6 +106,10 @@ class Settings:
     import_repeat: int = 7
     cold_seeds: bool = True
     """Also time our cold start with static seeds instead of mDNS."""
+    telemetry_repeat: int = 5
+    """``telemetry``: runs of each workload with recording off, and as many with it on."""
+    telemetry_window: float = 0.0
+    """``telemetry``: seconds per telemetry window (0: ``NodeConfig``'s default, 10 s)."""
 
     @staticmethod
     def quick() -> Settings:
@@ -116,6 +128,7 @@ class Settings:
             drain_s=0.3,
             import_repeat=1,
             cold_seeds=False,
+            telemetry_repeat=1,
         )
 
 
@@ -363,6 +376,40 @@ class Bench:
             _, results = self.go(g, specs[0])
         return fanout_summary(specs[0], results)
 
+    def telemetry(self, workload: str, on: bool) -> dict[str, Any]:
+        """Our fan-out (``throughput`` or ``latency``) with telemetry recording ``on`` or off.
+
+        On, every node spools into a directory of its own with the default
+        settings (or ``telemetry_window``); the spools are read back once the
+        workers have exited (:func:`spool_summary`).
+        """
+        s = self.s
+        paced = workload == "latency"
+        rate, duration = (s.latency_rate, s.latency_s) if paced else (0.0, s.throughput_s)
+        specs = self.specs("ours", [0], rate, duration, s.warmup_s)
+        label = f"ours-{workload}-telemetry-{'on' if on else 'off'}"
+        if on:
+            run = f"{self.runs + 1:02d}"
+            specs = [
+                replace(
+                    x,
+                    telemetry_dir=str(self.workdir / f"spool-{run}-{x.index}"),
+                    telemetry_window=s.telemetry_window,
+                )
+                for x in specs
+            ]
+        load = os.getloadavg()[0]
+        with self.group(label, specs) as g:
+            self.start(g)
+            time.sleep(s.settle_s)
+            _, results = self.go(g, specs[0])
+        out = fanout_summary(specs[0], results)
+        out["telemetry"] = on
+        out["loadavg"] = [load, os.getloadavg()[0]]
+        if on:
+            out["spool"] = spool_summary(specs, results)
+        return out
+
     def hot(self, system: str) -> dict[str, Any]:
         """Every node publishes ``hot_rate`` msg/s on the topic it subscribes to."""
         s = self.s
@@ -563,6 +610,122 @@ def check_traces(specs: list[Spec], ids: list[str]) -> dict[str, Any]:
     }
 
 
+def spool_summary(specs: list[Spec], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What our nodes' telemetry spools hold after a run: bytes, records, rates, and
+    the counters of the benchmark's topic checked against what the harness counted.
+
+    Every item is decoded and validated (``p2p.telemetry``); a bad one is counted
+    in ``errors`` with its reason, never skipped silently.  Publications must
+    match exactly.  A node records deliveries until it closes, after the harness
+    stopped reading (at the end of the drain), so its count must lie between
+    what the harness read and what the others published (equal when the run
+    drained, ``undelivered`` 0).
+    """
+    import cbor2
+
+    from p2p.telemetry import TelemetryError, iter_items, validate
+
+    nodes = []
+    published = sum(r["sent"]["count"] for r in results)
+    for spec, res in zip(specs, results, strict=True):
+        spool = Path(spec.telemetry_dir)
+        files = sorted(spool.glob("*.cbor")) + sorted(spool.glob("*.part"))
+        kinds = {"node": 0, "topic": 0, "event": 0}
+        errors: list[str] = []
+        counts = {"publications": 0, "deliveries": 0, "held": 0, "acked": 0}
+        window_bytes, window, times = 0, 0.0, []
+        for f in files:
+            for item, err in iter_items(f.read_bytes()):
+                try:
+                    if err is not None:
+                        raise TelemetryError(err)
+                    rec = validate(item)
+                except TelemetryError as exc:
+                    errors.append(f"{f.name}: {exc}")
+                    continue
+                kinds[rec["kind"]] += 1
+                times.append(rec["t"])
+                if rec["kind"] == "event":
+                    continue
+                window = rec["window"]
+                window_bytes += len(cbor2.dumps(rec))  # the bytes the recorder wrote
+                if rec["kind"] == "topic" and rec["topic"] == TOPIC:
+                    counts["publications"] += rec["publications"]
+                    counts["deliveries"] += rec["deliveries"]
+                    counts["held"] += rec["held"]
+                    counts["acked"] += sum(rec["ack_round"])
+        size = sum(f.stat().st_size for f in files)
+        lifetime = max(times) - min(times) if times else 0.0
+        expected = {
+            "publications": res["sent"]["count"],
+            "deliveries": res["recv"]["count"],
+            "deliveries_max": published - res["sent"]["count"],
+        }
+        match = counts["publications"] == expected["publications"] and (
+            expected["deliveries"] <= counts["deliveries"] <= expected["deliveries_max"]
+        )
+        per_window = window_bytes / (kinds["node"] * window) if kinds["node"] else None
+        node: dict[str, Any] = {
+            "bytes": size,
+            "files": len(files),
+            "records": kinds,
+            "errors": len(errors),
+            "error_sample": errors[:5],
+            "lifetime_s": lifetime,
+            "bytes_per_s": size / lifetime if lifetime else None,
+            "window_s": window,
+            "window_bytes_per_s": per_window,
+            "counted": counts,
+            "expected": expected,
+            "counts_match": match,
+        }
+        nodes.append(node)
+    steady = [n["window_bytes_per_s"] for n in nodes if n["window_bytes_per_s"] is not None]
+    overall = [n["bytes_per_s"] for n in nodes if n["bytes_per_s"] is not None]
+    return {
+        "nodes": nodes,
+        "window_bytes_per_s": _spread(steady),
+        "bytes_per_s": _spread(overall),
+        "bytes_per_node": _spread([n["bytes"] for n in nodes]),
+        "errors": sum(n["errors"] for n in nodes),
+        "counts_match": all(n["counts_match"] for n in nodes),
+    }
+
+
+def recorder_micro(repeat: int = 5, n: int = 20_000) -> dict[str, float]:
+    """In-process cost of the recorder's calls, µs each (fastest of ``repeat`` loops of
+    ``n`` calls, minus an empty call), and of one window's flush to disk."""
+    from p2p.telemetry._recorder import Recorder, Spool
+
+    def best(fn: Callable[[], object], calls: int) -> float:
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append(time.perf_counter() - t0)
+        return 1e6 * min(times) / calls
+
+    with tempfile.TemporaryDirectory(prefix="bench-recorder-") as tmp:
+        rec = Recorder(1, Spool(tmp))
+        empty = best(lambda: None, n)
+        out = {
+            "published_us": best(partial(rec.published, TOPIC), n) - empty,
+            "delivered_us": best(partial(rec.delivered, TOPIC, 3.2, 0.0), n) - empty,
+            "delivered_held_us": best(partial(rec.delivered, TOPIC, 3.2, 1.5), n) - empty,
+            "acked_us": best(partial(rec.acked, TOPIC, 12.0), n) - empty,
+        }
+        stats = {"packets_sent": 10, "frames_sent": 2, "bytes_sent": 1000}
+
+        def window() -> None:
+            rec.published(TOPIC)
+            rec.flush(time.time(), stats, 4)
+
+        out["flush_us"] = best(window, 200)
+        rec.spool.close()
+    return out
+
+
 def import_times(repeat: int) -> dict[str, Any]:
     """Fastest of ``repeat`` wall times of ``python -c "import X"`` per library (the least
     disturbed by other load), and the same net of the bare interpreter's."""
@@ -642,7 +805,100 @@ def run_all(bench: Bench, systems: Sequence[str], only: set[str]) -> dict[str, A
     for system in systems:
         if "hot" in only:
             out[system]["hot"] = step("hot", system, partial(bench.hot, system))
+    if "telemetry" in only:
+        runs: dict[str, list[dict[str, Any]]] = {"throughput": [], "latency": []}
+        for i in range(s.telemetry_repeat):
+            # off/on, then on/off: a load that drifts during the series weighs on both.
+            modes = (False, True) if i % 2 == 0 else (True, False)
+            for workload, done in runs.items():
+                for on in modes:
+                    fn = partial(bench.telemetry, workload, on)
+                    done.append(step("telemetry", "ours", fn))
+        bench.say("  telemetry  ours   recorder calls in-process ...")
+        out.setdefault("ours", {})["telemetry"] = telemetry_summary(runs, recorder_micro())
     return out
+
+
+TELEMETRY_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
+    "throughput": {
+        "delivered_rate_min": ("delivered_rate_min",),
+        "cpu_us_per_msg_publisher": ("cpu_us_per_msg", "publisher"),
+        "cpu_us_per_msg_subscriber": ("cpu_us_per_msg", "subscriber"),
+        "p99_ms": ("latency_ms", "p99"),
+    },
+    "latency": {
+        "published_rate": ("published_rate",),
+        "p50_ms": ("latency_ms", "p50"),
+        "p99_ms": ("latency_ms", "p99"),
+        "cpu_percent_publisher": ("cpu_percent", "publisher"),
+        "cpu_percent_subscriber": ("cpu_percent", "subscriber"),
+    },
+}
+"""What the ``telemetry`` workload compares, off against on, per workload."""
+
+
+def telemetry_summary(
+    runs: dict[str, list[dict[str, Any]]], micro: dict[str, float]
+) -> dict[str, Any]:
+    """Off against on for each workload's runs (in the order they ran, in pairs)."""
+    out: dict[str, Any] = {"recorder_us": micro}
+    spools = []
+    for workload, done in runs.items():
+        compare = {name: _compare(done, key) for name, key in TELEMETRY_METRICS[workload].items()}
+        out[workload] = {"runs": done, "compare": compare}
+        spools += [r["spool"] for r in done if r["telemetry"]]
+    out["order"] = ["on" if r["telemetry"] else "off" for r in runs["throughput"]]
+    out["loadavg"] = {
+        mode: [r["loadavg"][0] for done in runs.values() for r in done if r["telemetry"] == on]
+        for mode, on in (("off", False), ("on", True))
+    }
+    nodes = [n for sp in spools for n in sp["nodes"]]
+    steady = [n["window_bytes_per_s"] for n in nodes if n["window_bytes_per_s"] is not None]
+    overall = [n["bytes_per_s"] for n in nodes if n["bytes_per_s"] is not None]
+    out["spool"] = {
+        "window_s": max((n["window_s"] for n in nodes), default=0.0),
+        "window_bytes_per_s": _spread(steady),
+        "bytes_per_s": _spread(overall),
+        "bytes_per_node": _spread([n["bytes"] for n in nodes]),
+        "records_per_node": _spread([sum(n["records"].values()) for n in nodes]),
+        "deliveries": sum(n["counted"]["deliveries"] for n in nodes),
+        "held": sum(n["counted"]["held"] for n in nodes),
+        "errors": sum(sp["errors"] for sp in spools),
+        "counts_match": all(sp["counts_match"] for sp in spools),
+        "nodes": len(nodes),
+    }
+    return out
+
+
+def _compare(runs: list[dict[str, Any]], key: tuple[str, ...]) -> dict[str, Any]:
+    """``key`` (a path) with telemetry off and on: medians, their ratio, and the ratio
+    within each pair of consecutive runs (the headline ``ratio`` is their median)."""
+
+    def value(run: dict[str, Any]) -> float:
+        v: Any = run
+        for k in key:
+            v = v[k]
+        return float(v)
+
+    off = [value(r) for r in runs if not r["telemetry"]]
+    on = [value(r) for r in runs if r["telemetry"]]
+    pair_ratios = []
+    for i in range(0, len(runs) - 1, 2):
+        a, b = runs[i], runs[i + 1]
+        off_run, on_run = (b, a) if a["telemetry"] else (a, b)
+        if value(off_run):
+            pair_ratios.append(value(on_run) / value(off_run))
+    off_med = statistics.median(off) if off else 0.0
+    on_med = statistics.median(on) if on else 0.0
+    return {
+        "off": off,
+        "on": on,
+        "off_median": off_med,
+        "on_median": on_med,
+        "ratio_of_medians": on_med / off_med if off_med else None,
+        "pair_ratios": pair_ratios,
+        "ratio": statistics.median(pair_ratios) if pair_ratios else None,
+    }
 
 
 def _median_run(runs: list[dict[str, Any]], key: tuple[str, ...]) -> dict[str, Any]:
@@ -672,6 +928,20 @@ def _brief(name: str, res: Any) -> str:
         return (
             f"{footprint}{lat['published_rate']:.0f} msg/s p50 {lat['latency_ms']['p50']:.2f} "
             f"p99 {lat['latency_ms']['p99']:.2f} ms, undelivered {lat['undelivered']}"
+        )
+    if name == "telemetry":
+        spool = res.get("spool")
+        tail = ""
+        if spool is not None:
+            tail = (f"; spool {spool['window_bytes_per_s']['median']:.0f} B/s per node, "
+                    f"{spool['errors']} bad records, "
+                    f"counts match: {spool['counts_match']}")  # fmt: skip
+        rate = "" if res["publish_rate_target"] is None else " paced"
+        return (
+            f"telemetry {'on ' if res['telemetry'] else 'off'}{rate}: "
+            f"{res['delivered_rate_min']:.0f} msg/s delivered, p50 "
+            f"{res['latency_ms']['p50']:.2f} p99 {res['latency_ms']['p99']:.2f} ms, "
+            f"undelivered {res['undelivered']}{tail}"
         )
     if name in ("throughput", "sustained"):
         return (
@@ -736,6 +1006,12 @@ def targets(res: dict[str, Any], imports: dict[str, Any] | None) -> list[dict[st
         )
         out.append({"target": f"fan-out throughput >= {TARGET_TPUT_RATIO:g} x Zenoh's",
                     "value": r, "met": r >= TARGET_TPUT_RATIO})  # fmt: skip
+    ratio = ours.get("telemetry", {}).get("throughput", {}).get("compare", {})
+    ratio = ratio.get("delivered_rate_min", {}).get("ratio")
+    if ratio is not None:
+        out.append({"target": "telemetry on costs < 5 % of fan-out throughput "
+                              "(median on/off ratio of the pairs)",
+                    "value": ratio, "met": ratio >= TARGET_TELEMETRY_RATIO})  # fmt: skip
     return out
 
 
@@ -839,6 +1115,85 @@ def table(res: dict[str, Any], imports: dict[str, Any] | None, markdown: bool = 
     return "\n".join([head, *body])
 
 
+TELEMETRY_ROWS: list[tuple[str, str, str, str]] = [
+    ("fan-out max sustained, msg/s per subscriber", "throughput", "delivered_rate_min", ",.0f"),
+    ("  CPU per message, us: publisher", "throughput", "cpu_us_per_msg_publisher", ".1f"),
+    ("  CPU per message, us: each subscriber", "throughput", "cpu_us_per_msg_subscriber", ".1f"),
+    ("  latency under saturation p99, ms", "throughput", "p99_ms", ",.0f"),
+    ("fan-out @1,000 msg/s: achieved msg/s", "latency", "published_rate", ",.0f"),
+    ("  latency p50, ms", "latency", "p50_ms", ".2f"),
+    ("  latency p99, ms", "latency", "p99_ms", ".2f"),
+    ("  CPU, % of a core: publisher", "latency", "cpu_percent_publisher", ".1f"),
+    ("  CPU, % of a core: each subscriber", "latency", "cpu_percent_subscriber", ".1f"),
+]
+"""Label, workload, compared metric, number format of the ``telemetry`` table."""
+
+
+def telemetry_table(tel: dict[str, Any], markdown: bool = False) -> str:
+    """Telemetry off against on: medians, the median ratio of the pairs, every run."""
+    rows: list[tuple[str, str, str, str]] = []
+    for label, workload, metric, fmt in TELEMETRY_ROWS:
+        c = tel[workload]["compare"][metric]
+        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.3f}"
+        rows.append((label, format(c["off_median"], fmt), format(c["on_median"], fmt), ratio))
+        if metric in ("delivered_rate_min", "p99_ms"):  # the noisy ones: every run
+            rows.append(("    each run: " + label.strip(),
+                         " / ".join(format(v, fmt) for v in c["off"]),
+                         " / ".join(format(v, fmt) for v in c["on"]),
+                         " / ".join(f"{r:.2f}" for r in c["pair_ratios"])))  # fmt: skip
+    spool, us = tel["spool"], tel["recorder_us"]
+    window = f"{spool['window_s']:g} s windows"
+    rows += [
+        (f"spool written per node, bytes/s ({window})", "-",
+         f"{spool['window_bytes_per_s']['median']:.0f} (max "
+         f"{spool['window_bytes_per_s']['max']:.0f})", ""),
+        ("  over each run, start and stop events included", "-",
+         f"{spool['bytes_per_s']['median']:.0f} (max {spool['bytes_per_s']['max']:.0f})", ""),
+        ("  records per node per run (median)", "-",
+         f"{spool['records_per_node']['median']:.0f}", ""),
+        ("  records failing validation; counters = harness counts", "-",
+         f"{spool['errors']}; {'yes' if spool['counts_match'] else 'NO'}", ""),
+        ("  deliveries recorded as held back (held / deliveries)", "-",
+         f"{spool['held']:,} / {spool['deliveries']:,}", ""),
+        ("recorder, us per call in-process: published / delivered / acked", "-",
+         f"{us['published_us']:.2f} / {us['delivered_us']:.2f} / {us['acked_us']:.2f}", ""),
+        ("  one window's flush (node + topic record, CBOR, write), us", "-",
+         f"{us['flush_us']:.0f}", ""),
+        ("load average (1 min) at the runs' start: min-max (median)",
+         _load_range(tel["loadavg"]["off"]), _load_range(tel["loadavg"]["on"]), ""),
+    ]  # fmt: skip
+    runs = len(tel["order"]) // 2
+    head = (f"telemetry recording, ours ({runs} runs each way per workload, paired)",
+            "off", "on", "on/off")  # fmt: skip
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|"]
+        for name, *cells in rows:
+            label = f"↳ {name.strip()}" if name.startswith("  ") else name
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+    aligned = [r for r in [head, *rows] if not r[0].startswith("    each run")]
+    widths = [max(len(r[i]) for r in aligned) for i in range(4)]
+    lines = [
+        f"{r[0]:<{widths[0]}}"
+        + "".join(f"  {c:>{w}}" for c, w in zip(r[1:], widths[1:], strict=True))
+        for r in aligned
+    ]
+    lines.append(
+        "runs in this order: " + ",".join(tel["order"]) + "; each run (off | on | on/off):"
+    )
+    for label, off, on, ratio in rows:
+        if label.startswith("    each run"):
+            lines.append(f"  {label.strip()}: {off} | {on} | {ratio}")
+    return "\n".join(lines)
+
+
+def _load_range(values: list[float]) -> str:
+    """``min-max (median)`` of load averages."""
+    if not values:
+        return "-"
+    return f"{min(values):.1f}-{max(values):.1f} ({statistics.median(values):.1f})"
+
+
 def machine_info() -> dict[str, Any]:
     """The shared helper's fields plus CPU model, platform, load and library versions."""
     info = machine()
@@ -890,7 +1245,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         default="cold,latency,throughput,hot,import",
         help="comma-separated workloads (cold, latency [with idle], throughput "
-        "[with sustained], hot, import)",
+        "[with sustained], hot, import, telemetry [ours with recording off and on; "
+        "not in the default])",
+    )
+    p.add_argument(
+        "--telemetry-repeat",
+        type=int,
+        metavar="N",
+        help="telemetry: runs of each workload with recording off and N with it on "
+        "(default 5, 1 with --quick)",
+    )
+    p.add_argument(
+        "--telemetry-window",
+        type=float,
+        metavar="SECONDS",
+        help="telemetry: seconds per telemetry window (default: the node's, 10)",
     )
     p.add_argument(
         "--profile",
@@ -915,7 +1284,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown := set(systems) - set(SYSTEMS):
         print(f"unknown system(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
+    if unknown := only - WORKLOADS:
+        print(f"unknown workload(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if "telemetry" in only and "ours" not in systems:
+        print("the telemetry workload measures ours: add it to --systems", file=sys.stderr)
+        return 2
     settings = Settings.quick() if args.quick else Settings()
+    if args.telemetry_repeat is not None:
+        if args.telemetry_repeat < 1:
+            print("--telemetry-repeat must be at least 1", file=sys.stderr)
+            return 2
+        settings = replace(settings, telemetry_repeat=args.telemetry_repeat)
+    if args.telemetry_window is not None:
+        if args.telemetry_window <= 0:
+            print("--telemetry-window must be positive", file=sys.stderr)
+            return 2
+        settings = replace(settings, telemetry_window=args.telemetry_window)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         os.environ[PROFILE_ENV] = str(args.profile.resolve())
@@ -935,7 +1320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BenchError as exc:
             print(f"benchmark failed: {exc}", file=sys.stderr)
             return 1
-    print(table(res, imports))
+    if only - {"telemetry"}:
+        print(table(res, imports))
+    tel = res.get("ours", {}).get("telemetry")
+    if tel is not None:
+        print(telemetry_table(tel))
     tgt = targets(res, imports)
     for t in tgt:
         print(f"target {t['target']}: {t['value']:.2f} -> {'met' if t['met'] else 'NOT met'}")
@@ -950,7 +1339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": res,
         "ratios": ratios(res),
         "targets": tgt,
-        "table_markdown": table(res, imports, markdown=True),
+        "table_markdown": table(res, imports, markdown=True) if only - {"telemetry"} else None,
+        "telemetry_table_markdown": telemetry_table(tel, markdown=True) if tel else None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

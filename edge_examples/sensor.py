@@ -10,6 +10,16 @@ from ``/sys/class/thermal``, load average, memory in use; a simulated
 temperature when the host has no thermal zone) and publishes one reading on
 ``--topic`` (default ``sensors``).
 
+Fleet telemetry (``docs/telemetry.md``): ``--telemetry SPOOL_DIR`` records the
+node's counters and latency histograms there, one window every 10 s, and
+``--collector HOST:PORT`` uploads the spool to a ``p2p telemetry collect``::
+
+    python -m edge_examples.sensor run --identity NODE_DIR --interface 192.168.1.31 \
+        --telemetry /var/lib/p2p-sensor/telemetry --collector 192.168.1.20:7478
+
+The node options (``--port``, ``--seed``, ``--no-mdns``, ``--telemetry``,
+``--collector``, ...) are those of ``p2p node``, parsed by the same code.
+
 Dashboard (anywhere on the LAN)::
 
     python -m edge_examples.sensor dashboard --identity NODE_DIR --interface 192.168.1.20
@@ -41,6 +51,8 @@ from types import FrameType
 
 from p2p import BlockingNode, BlockingSubscription, NodeConfig, P2PError
 from p2p._identity import add_node, init_fleet
+from p2p._nodecli import _common as add_node_options
+from p2p._nodecli import _config as node_config
 
 log = logging.getLogger("edge_examples.sensor")
 
@@ -194,15 +206,12 @@ def format_table(latest: dict[str, Reading], now: float) -> str:
 # ---------------------------------------------------------------------- CLI
 
 
-def _config(args: argparse.Namespace) -> NodeConfig:
-    return NodeConfig(interface=args.interface, seeds=tuple(args.seed))
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     _on_signals(stop)
     device = args.device or args.identity.name
-    with BlockingNode(args.identity, _config(args)) as node:
+    config = node_config(args)
+    with BlockingNode(args.identity, config) as node:
         log.info(
             "sensor %s (%016x) publishing on %r every %s s",
             device,
@@ -210,6 +219,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.topic,
             args.interval,
         )
+        if config.telemetry_dir is not None:
+            log.info(
+                "telemetry to %s every %s s%s",
+                config.telemetry_dir,
+                config.telemetry_window,
+                f", uploaded to {config.telemetry_collector}" if config.telemetry_collector else "",
+            )
         stop.wait(args.settle)
         sent = run_sensor(node, args.topic, device, args.interval, stop, args.count)
     log.info("stopped after %d readings", sent)
@@ -219,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     stop = threading.Event()
     _on_signals(stop)
-    with BlockingNode(args.identity, _config(args)) as node:
+    with BlockingNode(args.identity, node_config(args)) as node:
         stop.wait(args.settle)
         sub = node.subscribe(args.topic, timeout=60)
         for latest in latest_readings(sub, timeout=args.silence):
@@ -292,11 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "dashboard"):
         p = sub.add_parser(name)
-        p.add_argument("--identity", type=Path, required=True, help="node directory")
-        p.add_argument("--interface", default="127.0.0.1", help="address to listen on")
-        p.add_argument("--seed", action="append", default=[], metavar="HOST:PORT")
+        add_node_options(p)  # p2p node's: --identity, --interface, --seed, --telemetry, ...
         p.add_argument("--topic", default="sensors")
-        p.add_argument("--settle", type=float, default=2.0, help="seconds to find peers first")
     run = sub.choices["run"]
     run.add_argument("--device", help="device name in readings (default: the node directory)")
     run.add_argument("--interval", type=float, default=10.0, help="seconds between readings")
@@ -316,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO,
+        level=logging.ERROR if getattr(args, "quiet", False) else logging.INFO,
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
