@@ -27,44 +27,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from p2p.sim import Simulation, check_trace, check_views
+from p2p.sim import Script, Simulation, check_trace, check_views, legal_script
 
-Script = list[tuple[float, str, int, str]]
 DETECT = [(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]
 
 
 def draw_script(rng: random.Random, n: int, topics: list[str], *, recover: bool) -> Script:
-    """A legal script: a crashed node only recovers (or, without ``recover``, does nothing)."""
-    steps = sorted(
-        (
-            round(rng.uniform(0, 6000), 1),
-            rng.randrange(n),
-            rng.choice(topics),
-            rng.randint(0, 9),
-        )
+    """Random steps made legal by :func:`p2p.sim.legal_script` (crash on roll 9 while
+    fewer than half the nodes are down)."""
+    steps = [
+        (round(rng.uniform(0, 6000), 1), rng.randrange(n), rng.choice(topics), rng.randint(0, 9))
         for _ in range(rng.randint(2 * n, 6 * n))
-    )
-    subs: set[tuple[int, str]] = set()
-    down: set[int] = set()
-    out: Script = []
-    for at, node, topic, roll in steps:
-        if node in down:
-            if recover:
-                down.discard(node)
-                out.append((at, "RECOVER", node, ""))
-        elif roll == 9 and 2 * (len(down) + 1) <= n:
-            down.add(node)
-            subs = {(m, t) for m, t in subs if m != node}
-            out.append((at, "CRASH", node, ""))
-        elif (node, topic) not in subs:
-            subs.add((node, topic))
-            out.append((at, "SUB", node, topic))
-        elif roll == 0:
-            subs.discard((node, topic))
-            out.append((at, "UNS", node, topic))
-        else:
-            out.append((at, "PUB", node, topic))
-    return out
+    ]
+    return legal_script(steps, crash_roll=9, max_down=n // 2, recover=recover)
 
 
 def run_one(seed: int, *, recover: bool) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from p2p.sim import Step
 from vcube import MAX_ID
 
 
@@ -22,3 +23,20 @@ def populations(draw: st.DrawFn, min_size: int, max_size: int) -> list[int]:
         seen.add(v)
         ids.append(v)
     return ids
+
+
+def raw_steps(
+    ids: list[int], topics: list[str], *, horizon: float, rolls: int
+) -> st.SearchStrategy[list[Step]]:
+    """``(time, node, topic, roll)`` steps for :func:`p2p.sim.legal_script`: 2..6 per node,
+    times in ``[0, horizon]`` to a tenth, rolls in ``0..rolls``."""
+    return st.lists(
+        st.tuples(
+            st.floats(0, horizon, allow_nan=False).map(lambda x: round(x, 1)),
+            st.sampled_from(ids),
+            st.sampled_from(topics),
+            st.integers(0, rolls),
+        ),
+        min_size=2 * len(ids),
+        max_size=6 * len(ids),
+    )

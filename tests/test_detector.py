@@ -20,6 +20,7 @@ import cbor2
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
+from test_vcube import FIG_2_6  # the c(i, s) table of Fig. 2.6, copied from the figure once
 
 import vcube
 from vcube import (
@@ -52,18 +53,6 @@ from vcube._detsim import (
     run_crash,
     sparse_ids,
 )
-
-FIG_2_6: dict[int, tuple[list[int], list[int], list[int]]] = {
-    0: ([1], [2, 3], [4, 5, 6, 7]),
-    1: ([0], [3, 2], [5, 4, 7, 6]),
-    2: ([3], [0, 1], [6, 7, 4, 5]),
-    3: ([2], [1, 0], [7, 6, 5, 4]),
-    4: ([5], [6, 7], [0, 1, 2, 3]),
-    5: ([4], [7, 6], [1, 0, 3, 2]),
-    6: ([7], [4, 5], [2, 3, 0, 1]),
-    7: ([6], [5, 4], [3, 2, 1, 0]),
-}
-"""The c(i, s) table of Fig. 2.6 (thesis §2.4), copied from the figure."""
 
 
 def network(ids: Iterable[int], incarnation: int = 1) -> dict[int, Detector]:

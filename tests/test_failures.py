@@ -19,15 +19,21 @@ from pathlib import Path
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from strategies import populations
+from strategies import populations, raw_steps
 from test_properties import LinkTable, link_delays
 
 from p2p import ScenarioError
-from p2p.sim import Simulation, TraceEvent, check_trace, check_views, parse_scenario
+from p2p.sim import (
+    Script,
+    Simulation,
+    TraceEvent,
+    check_trace,
+    check_views,
+    legal_script,
+    parse_scenario,
+)
 from p2p.sim._checks import assert_no_violations
 from topics import VCubePS
-
-Script = list[tuple[float, str, int, str]]
 
 
 def run_checked(sim: Simulation) -> None:
@@ -169,46 +175,14 @@ def test_the_checker_catches_a_lost_publication_of_a_correct_publisher() -> None
 
 @st.composite
 def failure_scripts(draw: st.DrawFn, ids: list[int], topics: list[str]) -> Script:
-    """A timed script of SUB/UNS/PUB and CRASH, legal at every step.
-
-    Raw steps are ``(time, node, topic, roll)``; a crashed node stays down
-    (RECOVER is left out: random crash-and-recover interleavings still break
-    liveness in about 8 % of runs, see ``bench/failure_fuzz.py`` and
-    docs/failures.md); a node that is up crashes on ``roll == 9``, otherwise
-    subscribes, unsubscribes or publishes as in ``test_properties.scripts``.
-    At most half the nodes crash, so trees keep some shape.
-    """
-    steps = draw(
-        st.lists(
-            st.tuples(
-                st.floats(0, 6000, allow_nan=False).map(lambda x: round(x, 1)),
-                st.sampled_from(ids),
-                st.sampled_from(topics),
-                st.integers(0, 9),
-            ),
-            min_size=2 * len(ids),
-            max_size=6 * len(ids),
-        )
-    )
-    subs: set[tuple[int, str]] = set()
-    down: set[int] = set()
-    out: Script = []
-    for time, node, topic, roll in sorted(steps, key=lambda s: s[0]):
-        if node in down:
-            continue
-        if roll == 9 and 2 * (len(down) + 1) <= len(ids):
-            down.add(node)
-            subs = {(n, t) for n, t in subs if n != node}
-            out.append((time, "CRASH", node, ""))
-        elif (node, topic) not in subs:
-            subs.add((node, topic))
-            out.append((time, "SUB", node, topic))
-        elif roll == 0:
-            subs.discard((node, topic))
-            out.append((time, "UNS", node, topic))
-        else:
-            out.append((time, "PUB", node, topic))
-    return out
+    """A timed script of SUB/UNS/PUB and CRASH, legal at every step
+    (:func:`p2p.sim.legal_script`): a node that is up crashes on roll 9 while
+    fewer than half the nodes are down, so trees keep some shape; a crashed
+    node stays down.  RECOVER is left out: random crash-and-recover
+    interleavings still break guarantees (``bench/failure_fuzz.py``,
+    docs/failures.md)."""
+    steps = draw(raw_steps(ids, topics, horizon=6000, rolls=9))
+    return legal_script(steps, crash_roll=9, max_down=len(ids) // 2)
 
 
 SPIKES = st.sampled_from([0.0, 0.0, 3000.0])

@@ -31,15 +31,17 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from strategies import populations
+from strategies import populations, raw_steps
 
 from p2p.sim import (
+    Script,
     Simulation,
     TraceChecker,
     TraceEvent,
     assert_no_violations,
     check_trace,
     check_views,
+    legal_script,
 )
 
 DELAYS = st.sampled_from([1.0, 5.0, 40.0, 100.0, 500.0])
@@ -255,40 +257,12 @@ TestPubSubMachine.settings = settings(stateful_step_count=100)  # the rest: acti
 # Larger random scripts.
 # ---------------------------------------------------------------------------
 
-Script = list[tuple[float, str, int, str]]
-
 
 @st.composite
 def scripts(draw: st.DrawFn, ids: list[int], topics: list[str]) -> Script:
-    """A timed SUB/UNS/PUB script that is legal for every node at every step.
-
-    Raw steps are ``(time, node, topic, want_pub)``; sorted by time they are
-    turned into SUB if the node is not subscribed, else PUB or UNS.
-    """
-    steps = draw(
-        st.lists(
-            st.tuples(
-                st.floats(0, 3000, allow_nan=False).map(lambda x: round(x, 1)),
-                st.sampled_from(ids),
-                st.sampled_from(topics),
-                st.integers(0, 5),
-            ),
-            min_size=2 * len(ids),
-            max_size=6 * len(ids),
-        )
-    )
-    state: set[tuple[int, str]] = set()
-    out: Script = []
-    for time, node, topic, roll in sorted(steps, key=lambda s: s[0]):
-        if (node, topic) not in state:
-            state.add((node, topic))
-            out.append((time, "SUB", node, topic))
-        elif roll == 0:
-            state.discard((node, topic))
-            out.append((time, "UNS", node, topic))
-        else:
-            out.append((time, "PUB", node, topic))
-    return out
+    """A timed SUB/UNS/PUB script that is legal for every node at every step
+    (:func:`p2p.sim.legal_script` of random steps)."""
+    return legal_script(draw(raw_steps(ids, topics, horizon=3000, rolls=5)))
 
 
 def _fewer_examples() -> settings:

@@ -431,12 +431,12 @@ class VCubePS:
         """
         if node == self.id:
             raise LocalProtocolError("a node cannot declare itself crashed")
-        if self._dead.get(node, -1) >= incarnation:
+        if self._is_dead(node, incarnation):
             return []
         self._dead[node] = incarnation
         out: list[Output] = []
         for state in self._topics.values():
-            out.extend(self._forget(state, node, incarnation))
+            out.extend(self._forget(state, node, incarnation, now))
         for rid, pending in list(self._pending.items()):
             if node in pending.waiting and self._sent_to_life(pending, node) <= incarnation:
                 out.extend(self._repair_child(rid, pending, node))
@@ -468,14 +468,13 @@ class VCubePS:
 
     def _known_dead(self, node: int) -> bool:
         """Crashed, with no sign of a newer incarnation (so a packet to it is lost)."""
-        dead = self._dead.get(node)
-        return dead is not None and self._life.get(node, 0) <= dead
+        return self._is_dead(node, self._life.get(node, 0))
 
-    def _is_dead(self, node: int, incarnation: int | None = None) -> bool:
-        dead = self._dead.get(node)
-        return dead is not None and (incarnation is None or incarnation <= dead)
+    def _is_dead(self, node: int, incarnation: int) -> bool:
+        """Whether ``incarnation`` of ``node`` is known to have crashed."""
+        return incarnation <= self._dead.get(node, -1)
 
-    def _forget(self, state: _Topic, node: int, incarnation: int) -> list[Output]:
+    def _forget(self, state: _Topic, node: int, incarnation: int, now: float) -> list[Output]:
         """Drop ``node`` from ``state``; release what waited on its ops; relay its last round."""
         entry = state.view.get(node)
         if entry is not None and entry.incarnation <= incarnation:
@@ -486,7 +485,7 @@ class VCubePS:
             messages = state.last_round.pop(stream)
             if state.subscribed and len(state.subscribers()) > 1:
                 self.relayed += 1
-                out.extend(self._enqueue(state, _Relay(messages), 0.0))
+                out.extend(self._enqueue(state, _Relay(messages), now))
         return out
 
     def _repair_child(self, rid: RoundId, pending: _Pending, dead: int) -> list[Output]:

@@ -13,7 +13,7 @@ from p2p.sim._checks import (
 from p2p.sim._delay import DelayModel
 from p2p.sim._engine import AGGREGATION, PROTOCOLS, Core, LinkDelay, Listener, Simulation
 from p2p.sim._recorder import Recorder, TraceEvent, summarize
-from p2p.sim._scenario import Action, load_scenario, parse_scenario
+from p2p.sim._scenario import Action, Script, Step, legal_script, load_scenario, parse_scenario
 
 __all__ = [
     "AGGREGATION",
@@ -24,7 +24,9 @@ __all__ = [
     "LinkDelay",
     "Listener",
     "Recorder",
+    "Script",
     "Simulation",
+    "Step",
     "TraceChecker",
     "TraceEvent",
     "Violation",
@@ -34,6 +36,7 @@ __all__ = [
     "check_trace",
     "check_views",
     "format_violations",
+    "legal_script",
     "load_scenario",
     "parse_scenario",
     "summarize",

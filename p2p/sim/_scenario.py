@@ -49,6 +49,53 @@ def parse_scenario(lines: Iterable[str], nodes: int) -> list[Action]:
     return out
 
 
+Step = tuple[float, int, str, int]
+"""A raw random step: ``(time, node, topic, roll)``."""
+
+Script = list[tuple[float, str, int, str]]
+"""``(time, ACTION, node, topic)`` lines, as :meth:`Simulation.schedule` takes them."""
+
+
+def legal_script(
+    steps: Iterable[Step],
+    *,
+    crash_roll: int | None = None,
+    max_down: int = 0,
+    recover: bool = False,
+) -> Script:
+    """Turn random steps (in time order, ties kept in order) into a script legal at every step.
+
+    A node that is up and not subscribed to the topic subscribes; a
+    subscribed one unsubscribes on ``roll == 0`` and publishes otherwise.
+    With ``crash_roll``, a node that is up crashes instead on that roll while
+    fewer than ``max_down`` nodes are down; a crashed node ends its
+    subscriptions, and its later steps are dropped, or with ``recover`` the
+    first of them makes it RECOVER.  Property tests and fuzzers share this,
+    so they exercise the same kinds of scripts.
+    """
+    subs: set[tuple[int, str]] = set()
+    down: set[int] = set()
+    out: Script = []
+    for time, node, topic, roll in sorted(steps, key=lambda s: s[0]):
+        if node in down:
+            if recover:
+                down.discard(node)
+                out.append((time, "RECOVER", node, ""))
+        elif roll == crash_roll and len(down) < max_down:
+            down.add(node)
+            subs = {(n, t) for n, t in subs if n != node}
+            out.append((time, "CRASH", node, ""))
+        elif (node, topic) not in subs:
+            subs.add((node, topic))
+            out.append((time, "SUB", node, topic))
+        elif roll == 0:
+            subs.discard((node, topic))
+            out.append((time, "UNS", node, topic))
+        else:
+            out.append((time, "PUB", node, topic))
+    return out
+
+
 def load_scenario(path: str | Path, nodes: int) -> list[Action]:
     """Read and parse a scenario file."""
     try:
