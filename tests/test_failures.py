@@ -111,6 +111,30 @@ def test_a_publisher_crashing_mid_round_is_relayed_to_everyone() -> None:
     assert sum(core(sim, n).duplicates for n in range(1, 8)) >= 1  # the slow originals
 
 
+def test_a_repair_child_crashing_in_turn_is_repaired_again() -> None:
+    """Found by the crash property test: 5 subscribes, 1 (its child) is dead,
+    so 5 repairs 1's share to 0; 0 acks that repair copy and crashes while
+    the ACK is in flight.  5 hears of 0's crash first and repairs again to 3:
+    the late ACK of the superseded copy is ignored, not taken for an
+    attack, and the SUB round still completes."""
+    sim = Simulation(
+        list(range(6)),
+        seed=0,
+        link_delay=lambda s, d, r: 500.0,
+        detect_delay=200.0,
+        detect_jitter=100.0,
+    )
+    sim.schedule(0.0, "SUB", 0, "t")
+    sim.schedule(0.0, "CRASH", 1, "")
+    sim.schedule(0.0, "SUB", 5, "t")
+    sim.schedule(2762.0, "CRASH", 0, "")
+    sim.schedule(5000.0, "PUB", 5, "t", b"after")
+    run_checked(sim)
+    assert core(sim, 5).repaired == 2
+    got = {ev.node for ev in sim.recorder.trace if ev.event == "deliver" and ev.source == 5}
+    assert got == {5}  # the only live subscriber left
+
+
 def test_a_recovered_node_is_a_new_incarnation_that_can_subscribe_again() -> None:
     sim = Simulation(list(range(6)), seed=3)
     for n in range(6):

@@ -79,6 +79,10 @@ REPAIR_ROUNDS = 1 << 62
 """Round numbers from here on name repair copies (:meth:`VCubePS._repair_child`);
 a source's own rounds count up from 0 and never get there."""
 
+DEAD_BOUND = (1 << 63) - 1
+"""The :class:`Bound` a SUB ACK gives for a crashed source: every publication of
+it predates the subscription (the largest counter the wire carries)."""
+
 PresetView = tuple[dict[int, ViewEntry], tuple[int, ...]]
 
 
@@ -480,6 +484,8 @@ class VCubePS:
         if entry is not None and entry.incarnation <= incarnation:
             state.drop_entry(node)
         out = self._release(state, state.buffer.retire_below(op_stream(node), incarnation + 1))
+        if state.confirmed:
+            out.extend(self._release(state, self._settle_dead_streams(state, node, incarnation)))
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
         for stream in [k for k in state.last_round if k[0] == node and k[1] <= incarnation]:
             messages = state.last_round.pop(stream)
@@ -487,6 +493,22 @@ class VCubePS:
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
         return out
+
+    def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
+        """:meth:`_bound_dead_stream` for publications of ``node`` already held here."""
+        oldest: dict[int, PubMessage] = {}
+        for msg in state.buffer.items():
+            mid = msg.id
+            if mid.source == node and mid.incarnation <= incarnation and msg.prev >= 0:
+                if (node, mid.incarnation) in state.bounds:
+                    continue
+                known = oldest.get(mid.incarnation)
+                if known is None or mid.seq < known.id.seq:
+                    oldest[mid.incarnation] = msg
+        released: list[PubMessage] = []
+        for msg in oldest.values():
+            released.extend(self._bound_dead_stream(state, msg))
+        return released
 
     def _repair_child(self, rid: RoundId, pending: _Pending, dead: int) -> list[Output]:
         """Send ``dead``'s share of round ``rid`` to the next correct node of its cluster.
@@ -501,6 +523,10 @@ class VCubePS:
         """
         pkt = pending.sent.pop(dead, None)
         pending.waiting.discard(dead)
+        if pkt is not None and pkt.round != rid:
+            # ``dead`` held an earlier repair copy: its late ACK is now stale.
+            self._repair_of.pop(pkt.round, None)
+            self._retire(pkt.round)
         if pending.replaced is None:
             pending.replaced = set()
         pending.replaced.add(dead)
@@ -822,6 +848,13 @@ class VCubePS:
         learned = state.learned_at.get(pending.ids[0].source if pending.ids else rid.source)
         if state.published and learned is not None:
             bounds[(self.id, self.incarnation)] = learned
+        for node, inc in self._dead.items():
+            # A crashed source reports no bound, and it died before this SUB
+            # round completes, so all it published predates the confirmation:
+            # none of it is owed to the new subscriber.  Saying so here keeps
+            # a subscriber that has not heard of the crash yet from taking
+            # the missing bound for "everything is post-subscription".
+            bounds[(node, inc)] = DEAD_BOUND
         return Send(
             pending.parent,
             Ack(
@@ -862,8 +895,9 @@ class VCubePS:
     ) -> bool:
         """An honest ACK that no longer matters: one of the original round from a
         child repaired away (it was wrongly taken for crashed), or for a round
-        of this node's previous incarnation.  A repair round's ACK always counts,
-        even from the same id (a newer incarnation of the crashed child)."""
+        of this node's previous incarnation, or of a repair copy itself repaired
+        away (:meth:`_repair_child` retires it).  A live repair round's ACK
+        counts even from the same id (a newer incarnation of the crashed child)."""
         if pending is not None:
             return not repair and pending.replaced is not None and sender in pending.replaced
         return rid in self._stale or (rid.source == self.id and rid.incarnation < self.incarnation)
@@ -1042,10 +1076,31 @@ class VCubePS:
         """Deliver ``msg`` now, hold it back, or skip it as older than the subscription."""
         if self._skipped(state, msg):
             return []  # not post-subscription: never delivered here, never waited for
+        out: list[Output] = []
+        src, inc = msg.id.source, msg.id.incarnation
+        if msg.prev >= 0 and self._is_dead(src, inc) and (src, inc) not in state.bounds:
+            out.extend(self._release(state, self._bound_dead_stream(state, msg)))
         if state.buffer.add(msg, self._live_deps(state, msg)):
-            return self._release(state, [msg])
-        self._note_held()
-        return []
+            out.extend(self._release(state, [msg]))
+        else:
+            self._note_held()
+        return out
+
+    @staticmethod
+    def _bound_dead_stream(state: _Topic, first: PubMessage) -> list[PubMessage]:
+        """Stand in for the bound a crashed source never reported: ``first`` is the
+        oldest publication of its stream held here, and its predecessor is not.
+
+        That predecessor travelled in an earlier round of the source, which
+        completed before the next one started, so had this subscription been
+        among its destinations it would be here: it predates the subscription.
+        So ``first`` becomes the stream's first owned publication (older ones
+        are skipped) and its predecessor counts as settled.  Returns what that
+        releases.  Only for a source that is dead and gave no bound: a live one
+        gives its bound in the SUB round's ACKs.
+        """
+        state.bounds[(first.id.source, first.id.incarnation)] = first.id.seq
+        return state.buffer.advance(first.id.source, first.id.incarnation, first.prev)
 
     @staticmethod
     def _skipped(state: _Topic, msg: PubMessage) -> bool:
