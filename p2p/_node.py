@@ -490,6 +490,7 @@ class Node:
         """Open TCP connections (both directions)."""
         self._published_at: dict[MsgId, float] = {}
         self._received_at: dict[MsgId, float] = {}
+        self._now = 0.0
 
     def __repr__(self) -> str:
         return f"Node({self.id:016x}, port={self.port}, members={len(self.peers) + 1})"
@@ -614,12 +615,14 @@ class Node:
         received round yields two per publication); anything else, a subclass
         included, goes through :meth:`_handle_other`.
         """
+        if self.recorder is not None:  # one clock read per batch of outputs
+            self._now = trio.current_time()
         for o in outputs:
             if type(o) is Delivered:
                 self._deliver(o)
             elif type(o) is Received:
                 if self.recorder is not None and not o.relay:
-                    self._received_at[o.id] = trio.current_time()
+                    self._received_at[o.id] = self._now
             elif type(o) is Published:
                 self._on_published(o)
             elif type(o) is Send:
@@ -641,7 +644,7 @@ class Node:
             self._on_acked(o)
         elif isinstance(o, Received):
             if self.recorder is not None and not o.relay:
-                self._received_at[o.id] = trio.current_time()
+                self._received_at[o.id] = self._now
         elif isinstance(o, Published):
             self._on_published(o)
         elif isinstance(o, Dropped):
@@ -655,18 +658,19 @@ class Node:
         self._trace_event("publish", o.topic, o.id.source, o.id.seq)
         if self.recorder is not None:
             self.recorder.published(o.topic)
-            self._published_at[o.id] = trio.current_time()
+            self._published_at[o.id] = self._now
 
     def _on_acked(self, o: RoundAcked) -> None:
         if not (self._acked or self._published_at):  # nobody waits, nothing is timed
             return
+        now = self._now
         for mid in o.ids:
             acked = self._acked.pop(mid, None)
             if acked is not None:
                 acked.set()
             sent = self._published_at.pop(mid, None)
             if sent is not None and self.recorder is not None:
-                self.recorder.acked(o.topic, (trio.current_time() - sent) * 1000)
+                self.recorder.acked(o.topic, (now - sent) * 1000)
 
     def _deliver(self, d: Delivered) -> None:
         source, incarnation, seq = mid = d.id
@@ -680,7 +684,7 @@ class Node:
         (stamp,) = _unpack_stamp(payload)
         if self.recorder is not None and not d.own:
             got = self._received_at.pop(mid, None)
-            held = 0.0 if got is None else (trio.current_time() - got) * 1000
+            held = 0.0 if got is None else (self._now - got) * 1000
             self.recorder.delivered(d.topic, (time.time() - stamp) * 1000, held)
         sub = self._subs.get(d.topic)
         if sub is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from _telemetry import read_records
 
 from causal import MsgId
 from p2p._discovery import Peer
@@ -393,3 +394,31 @@ def test_unsubscribe_ends_the_iteration(tmp_path: Path) -> None:
                 assert [x.payload async for x in sub] == [b"a", b"b"]
 
     trio.run(main)
+
+
+def test_telemetry_counts_only_deliveries_that_were_held_back(tmp_path: Path) -> None:
+    """One publisher, rounds in FIFO order over one TCP connection: every
+    publication is delivered in the batch it arrived in, so none is counted
+    as held back (earlier every delivery was, by a clock read per output)."""
+    dirs = _fleet(tmp_path, 2, psk=False)
+    spool = tmp_path / "spool"
+
+    async def main() -> None:
+        async with open_node(dirs[0], NodeConfig(discovery=False)) as pub:
+            cfg = NodeConfig(discovery=False, seeds=(f"127.0.0.1:{pub.port}",),
+                             telemetry_dir=spool)  # fmt: skip
+            async with open_node(dirs[1], cfg) as sub:
+                await _until(lambda: pub.members() == sub.members(), "both know both")
+                await pub.subscribe("t")
+                subscription = await sub.subscribe("t")
+                await _until(lambda: sub.id in pub.core.view("t"), "pub sees the subscriber")
+                for k in range(20):
+                    await pub.publish("t", b"%d" % k, wait_acked=True)
+                got: list[Delivery] = []
+                with trio.fail_after(10):
+                    await _collect(subscription, 20, got)
+
+    trio.run(main)
+    topics = [r for r in read_records(sorted(spool.rglob("*.cbor"))) if r["kind"] == "topic"]
+    assert sum(r["deliveries"] for r in topics) == 20
+    assert sum(r["held"] for r in topics) == 0
