@@ -104,6 +104,7 @@ class _Pending:
 
     __slots__ = (
         "bounds",
+        "dest",
         "ids",
         "kind",
         "lives",
@@ -132,9 +133,11 @@ class _Pending:
         self.lives: dict[int, int] | None = None
         """Incarnation each child was known by when it was sent the round (if not 0)."""
         self.replaced: set[int] | None = None
+        self.dest = -1
+        """An announce's destination (kind SYNC, this node's own round)."""
         self.view: dict[int, ViewEntry] | None = None
         self.bounds: dict[tuple[int, int], int] | None = None
-        if kind == "SUB":
+        if kind in ("SUB", "SYNC"):  # a SYNC: the newcomer's entry and bound (VCubePS.joined)
             self.view, self.bounds = {}, {}
 
 
@@ -181,6 +184,8 @@ class _Topic:
     last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
     queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
+    # The subscribers this node's PUB round in flight went to (see VCubePS._sync_bound).
+    round_subs: tuple[int, ...] = ()
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
@@ -195,6 +200,8 @@ class _Topic:
     last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
+    # Subscribers the SUB round missed, told by an announce before confirming.
+    syncing: set[int] = field(default_factory=set)
 
     def subscribers(self) -> tuple[int, ...]:
         """The subscribers in the view, sorted (cached until the view changes)."""
@@ -349,6 +356,7 @@ class VCubePS:
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
+        state.syncing = set()
         return self._enqueue(state, op, now)
 
     def unsubscribe(self, topic: str, now: float) -> list[Output]:
@@ -459,7 +467,8 @@ class VCubePS:
         it was not in others' overlays, and a publication that names one of
         those ops would wait for it forever there.  So each subscriber tells
         it its own subscription, in a one-destination round queued behind its
-        own operations (so per-source order of ops is kept).
+        own operations (so per-source order of ops is kept), acknowledged
+        with the newcomer's entry and bound (:meth:`_synced`).
         """
         if node == self.id or incarnation < self._life.get(node, 0):
             return []
@@ -683,7 +692,7 @@ class VCubePS:
                 children.append((child, PubRound(packet.round, packet.topic, messages, share)))
             else:
                 children.append((child, Uns(packet.round, packet.topic, packet.op, share)))
-        pending = _Pending(packet.topic, packet.kind, sender, {c for c, _ in children})
+        pending = self._received_pending(sender, packet, children)
         if messages and (state.held or (self.config.aggregation and state.confirmed)):
             if not children:
                 out.append(self._ack_for(packet.round, pending))
@@ -694,6 +703,17 @@ class VCubePS:
             return out
         out.extend(self._forward(packet.round, pending, children))
         return out
+
+    @staticmethod
+    def _received_pending(
+        sender: int, packet: PubRound | Uns, children: list[tuple[int, Packet]]
+    ) -> _Pending:
+        """The record of a received round; an announce (a subscribed op in a
+        one-destination UNS round, see :meth:`joined`) is a SYNC, acked with a bound."""
+        waiting = {c for c, _ in children}
+        if isinstance(packet, Uns) and packet.op.subscribed and not packet.dests:
+            return _Pending(packet.topic, "SYNC", sender, waiting, (packet.op.op_id,))
+        return _Pending(packet.topic, packet.kind, sender, waiting)
 
     # ------------------------------------------------------ causal aggregation
 
@@ -835,6 +855,8 @@ class VCubePS:
     def _ack_for(self, rid: RoundId, pending: _Pending) -> Send:
         """The ACK this node sends its parent once its whole sub-tree has the round."""
         assert pending.parent is not None
+        if pending.kind == "SYNC":
+            return self._sync_ack(rid, pending)
         if pending.kind != "SUB":
             return Send(pending.parent, Ack(rid, pending.topic))
         state = self._topic(pending.topic)
@@ -846,7 +868,9 @@ class VCubePS:
                 merged[node] = entry
         bounds = dict(pending.bounds)
         learned = state.learned_at.get(pending.ids[0].source if pending.ids else rid.source)
-        if state.published and learned is not None:
+        if learned is not None:
+            # even with nothing published: the subscriber knows it reached this
+            # incarnation (see _unreached) and retires older ones (_confirm)
             bounds[(self.id, self.incarnation)] = learned
         for node, inc in self._dead.items():
             # A crashed source reports no bound, and it died before this SUB
@@ -865,6 +889,35 @@ class VCubePS:
             ),
         )
 
+    def _sync_ack(self, rid: RoundId, pending: _Pending) -> Send:
+        """ACK an announce with this node's bound for the announcer: the first
+        publication numbered after it learned of that subscription (every later
+        round of this node goes there), as a SUB round's ACK would have."""
+        assert pending.parent is not None
+        state = self._topic(pending.topic)
+        bounds: tuple[Bound, ...] = ()
+        if state.published:
+            bounds = (Bound(self.id, self.incarnation, self._sync_bound(state, pending.parent)),)
+        # This node's own entry too: an UNS of it that started before it
+        # learned of the announcer went elsewhere, and the announcer may know
+        # the subscription it ends (from another node's view).
+        own = state.view.get(self.id)
+        return Send(pending.parent, Ack(rid, pending.topic, (own,) if own else (), bounds))
+
+    def _sync_bound(self, state: _Topic, announcer: int) -> int:
+        """The first of this node's publications not known to have reached
+        ``announcer`` already, all of which will: the PUB round in flight if it
+        went there, else the first one still queued (its round will go there:
+        the announce is in the view now), else the next one.  Everything older
+        was in a completed round, so if it went there it is there."""
+        pending = self._pending.get(state.in_flight) if state.in_flight else None
+        if pending is not None and pending.kind == "PUB" and announcer in state.round_subs:
+            return pending.ids[0].seq
+        for item in state.queue:
+            if isinstance(item, PubMessage):
+                return item.id.seq
+        return self._counter
+
     def _on_ack(self, sender: int, packet: Ack) -> list[Output]:
         rid = self._repair_of.get(packet.round, packet.round)
         pending = self._pending.get(rid)
@@ -877,10 +930,11 @@ class VCubePS:
         limit = self.config.max_view_entries
         if len(packet.view) > limit or len(packet.bounds) > limit:
             raise RemoteProtocolError(f"ACK from {sender} carries more than {limit} entries")
-        if pending.view is not None and pending.bounds is not None:
+        if pending.view is not None:
             for entry in packet.view:
                 if entry.newer_than(pending.view.get(entry.node)):
                     pending.view[entry.node] = entry
+        if pending.bounds is not None:
             for b in packet.bounds:
                 key = (b.node, b.incarnation)
                 pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
@@ -895,12 +949,15 @@ class VCubePS:
     ) -> bool:
         """An honest ACK that no longer matters: one of the original round from a
         child repaired away (it was wrongly taken for crashed), or for a round
-        of this node's previous incarnation, or of a repair copy itself repaired
-        away (:meth:`_repair_child` retires it).  A live repair round's ACK
+        of a repair copy itself repaired away (:meth:`_repair_child` retires
+        it), or any ACK with no round here at a restarted node.  A live repair round's ACK
         counts even from the same id (a newer incarnation of the crashed child)."""
         if pending is not None:
             return not repair and pending.replaced is not None and sender in pending.replaced
-        return rid in self._stale or (rid.source == self.id and rid.incarnation < self.incarnation)
+        # A restarted node may get ACKs its previous incarnation was owed (the
+        # sender has not heard of the restart): no id on an ACK tells them
+        # from garbage, and dropping one changes nothing here.
+        return rid in self._stale or self.incarnation > 0
 
     def _finish(self, rid: RoundId, pending: _Pending) -> list[Output]:
         """Every child acknowledged ``rid``: acknowledge upwards, or end the source's round."""
@@ -953,10 +1010,14 @@ class VCubePS:
         ids: tuple[MsgId, ...]
         if isinstance(head, _Announce):
             own = state.view.get(self.id)
-            if own is None or not own.subscribed or self._known_dead(head.dest):
+            if own is None:
                 return [], _Pending(name, "SYNC", None, set())
-            sync: list[tuple[int, Packet]] = [(head.dest, Uns(rid, name, own, ()))]
-            return sync, _Pending(name, "SYNC", None, {head.dest})
+            pend = _Pending(name, "SYNC", None, set(), (own.op_id,))
+            pend.dest = head.dest
+            if self._known_dead(head.dest):
+                return [], pend  # completes at once: nobody to wait for
+            pend.waiting.add(head.dest)
+            return [(head.dest, Uns(rid, name, own, ()))], pend
         children: list[tuple[int, Packet]]
         if isinstance(head, ViewEntry):
             children = [(c, Uns(rid, name, head, share)) for c, share in dests]
@@ -969,6 +1030,7 @@ class VCubePS:
             batch = self._take_batch(state, head)
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "PUB", tuple(m.id for m in batch)
+            state.round_subs = subs
         waiting = {c for c, _ in children}
         return children, _Pending(name, kind, None, waiting, ids)
 
@@ -995,7 +1057,9 @@ class VCubePS:
 
     def _complete(self, state: _Topic, pending: _Pending) -> list[Output]:
         """The ACK wave of one of this node's rounds came back (line 34)."""
-        if pending.kind in ("RELAY", "SYNC"):
+        if pending.kind == "SYNC":
+            return self._synced(state, pending)
+        if pending.kind == "RELAY":
             return []
         out: list[Output] = [RoundAcked(state.name, pending.kind, pending.ids)]
         if pending.kind != "SUB":
@@ -1008,12 +1072,88 @@ class VCubePS:
         if state.subscribed and own is not None and own.op_id == pending.ids[0]:
             for key, first in pending.bounds.items():
                 state.bounds[key] = max(state.bounds.get(key, 0), first)
-            state.confirmed = True
-            out.append(Subscribed(state.name))
-            out.extend(self._confirm(state))
+            state.syncing = self._unreached(state)
+            if not state.syncing:
+                out.extend(self._open(state))
+            for node in sorted(state.syncing, reverse=True):
+                state.queue.appendleft(_Announce(node))  # next, before any later op
         return out
 
+    def _unreached(self, state: _Topic) -> set[int]:
+        """Subscribers this SUB round did not reach: every node it reached gave
+        a bound, so these are up as an incarnation this node took for dead (or
+        did not know) when the round started.  They could publish without ever
+        sending here: each gets an announce, and confirmation waits for it."""
+        return {
+            n for n, e in state.view.items()
+            if e.subscribed and n != self.id and (n, e.incarnation) not in state.bounds
+            and not self._is_dead(n, e.incarnation)
+        }  # fmt: skip
+
+    def _open(self, state: _Topic) -> list[Output]:
+        """The subscription is confirmed: deliveries may start (Subscribed)."""
+        state.confirmed = True
+        return [Subscribed(state.name), *self._confirm(state)]
+
+    def _synced(self, state: _Topic, pending: _Pending) -> list[Output]:
+        """The newcomer acknowledged this node's announce with its own entry
+        (learned here) and ``b``, the first of its publications not known to
+        have reached this node already, all of which will (:meth:`_sync_bound`).
+
+        Used only for a stream with no bound yet (a SUB round's ACK said more).
+        Everything from ``b`` on comes here.  Before ``b``, the newcomer may
+        still have sent publications here under an older entry of this node in
+        its view: the oldest one held, whose predecessor is missing, starts the
+        stream instead (its predecessor's round completed before its own began,
+        so had it been sent here it would be here).  Older ones are not owed.
+        """
+        out: list[Output] = []
+        for entry in (pending.view or {}).values():
+            out.extend(self._learn(state, entry))
+        own = state.view.get(self.id)
+        if own is None or not own.subscribed or pending.ids != (own.op_id,):
+            return out  # announced an older op: the bound says nothing of this one
+        if not state.confirmed:
+            if pending.dest not in state.syncing:
+                return out  # the SUB round of this op is still to come
+            return out + self._sync_before_confirm(state, pending)
+        if not pending.bounds:
+            return out
+        ready: list[PubMessage] = []
+        for (node, inc), first in pending.bounds.items():
+            if (node, inc) in state.bounds:
+                continue
+            held = [m for m in state.buffer.items() if m.id.source == node
+                    and m.id.incarnation == inc and m.id.seq < first]  # fmt: skip
+            oldest = min(held, key=lambda m: m.id.seq, default=None)
+            if oldest is not None:
+                ready.extend(self._bound_dead_stream(state, oldest))
+            else:
+                state.bounds[(node, inc)] = first
+                ready.extend(state.buffer.advance(node, inc, first - 1))
+        out.extend(self._release(state, ready))
+        return out
+
+    def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
+        """An announce sent for :meth:`_unreached` came back: its bound counts as a
+        SUB round's would; the last one confirms the subscription."""
+        for key, first in (pending.bounds or {}).items():
+            state.bounds[key] = max(state.bounds.get(key, 0), first)
+        state.syncing.discard(pending.dest)
+        return [] if state.syncing else self._open(state)
+
     # -------------------------------------------------------- causal delivery
+
+    def _retired_at_confirm(self, state: _Topic) -> dict[int, int]:
+        """Per node, the newest incarnation whose streams predate this subscription."""
+        retired = {n: i for n, i in self._dead.items() if (n, i) not in state.bounds}
+        newest = dict(self._life)
+        for node, inc in state.bounds:
+            newest[node] = max(newest.get(node, 0), inc)
+        for node, inc in newest.items():
+            if inc > 0 and node != self.id:
+                retired[node] = max(retired.get(node, -1), inc - 1)
+        return retired
 
     def _confirm(self, state: _Topic) -> list[Output]:
         """Open delivery: every bound and learned op is now known (Subscribed).
@@ -1021,11 +1161,12 @@ class VCubePS:
         A source that crashed without giving a bound never learned of this
         subscription (or its ACK died with it, before the subscription was
         confirmed): none of its publications is post-subscription here, so
-        its streams are retired rather than waited for.
+        its streams are retired rather than waited for.  So are incarnations
+        older than one known to be up (in the view, or a bound): they crashed
+        before this confirmation.  A bound, if one came, still wins.
         """
         out: list[Output] = []
-        bounded = {node for node, _ in state.bounds}
-        state.retired = {n: i for n, i in self._dead.items() if n not in bounded}
+        state.retired = self._retired_at_confirm(state)
         for (node, inc), first in state.bounds.items():
             out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
         for entry in state.view.values():
@@ -1106,7 +1247,10 @@ class VCubePS:
     def _skipped(state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg`` predates this subscription: never delivered, never waited for."""
         src, inc = msg.id.source, msg.id.incarnation
-        return msg.id.seq < state.bounds.get((src, inc), 0) or inc <= state.retired.get(src, -1)
+        bound = state.bounds.get((src, inc))
+        if bound is not None:
+            return msg.id.seq < bound
+        return inc <= state.retired.get(src, -1)
 
     def _live_deps(self, state: _Topic, msg: PubMessage) -> list[Dep]:
         """:func:`_deps` without what can never come: ops of crashed nodes (never
@@ -1128,7 +1272,7 @@ class VCubePS:
             return inc < self.incarnation
         if stream < 0:
             return self._is_dead(node, inc)
-        return inc <= state.retired.get(stream, -1)
+        return inc <= state.retired.get(stream, -1) and (stream, inc) not in state.bounds
 
     def _note_held(self) -> None:
         """Keep ``pending_max`` (only called when something was just held back)."""
