@@ -24,10 +24,15 @@ theirs (peer exchange); a node that learns new records passes them on to its
 VCube neighbours, so every member hears of a join in O(log N) hops.  Every
 record is verified (fleet membership, signature) before it is used.
 
-What it does not do yet (issue 5): retransmit what a broken connection lost,
-repair trees around crashed nodes, or notice that a seed-learned peer died
-(only mDNS reports departures).  A packet lost with a connection is counted
-in ``stats["lost_on_disconnect"]``.
+Failures (issue 5): each node runs the VCube failure detector
+(``vcube.Detector``) over its members, its probes and replies riding the
+fleet connections as control packets, and every received frame counting as a
+sign of life.  A suspected or departed node leaves the overlay, its link is
+dropped and the core repairs around it (``VCubePS.crashed``); a node that
+joins or restarts (a higher incarnation, ``p2p._liveness``) is announced to
+the core (``VCubePS.joined``).  A node closing cleanly announces its leave.
+What it does not do yet: retransmit what a broken connection to a live peer
+lost (counted in ``stats["lost_on_disconnect"]``).
 """
 
 from __future__ import annotations
@@ -52,13 +57,22 @@ from causal import MsgId
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
 from p2p._errors import P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node
+from p2p._liveness import (
+    INC_FIELD,
+    detector_config,
+    new_incarnation,
+    next_incarnation,
+    record_incarnation,
+)
 from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
 from p2p._wire import (
+    Control,
     FrameReader,
+    Leave,
     PeerExchange,
     WireError,
     WireLimits,
-    decode_frame,
+    decode_body,
     encode_packets,
     frame,
 )
@@ -77,7 +91,20 @@ from topics import (
     Subscribed,
     VCubePS,
 )
-from vcube import Hypercube
+from vcube import (
+    Corrected,
+    Detector,
+    DetectorError,
+    DetectorOutput,
+    Hypercube,
+    Joined,
+    Left,
+    RemoteDetectorError,
+    Restarted,
+    SelfSuspected,
+    SendDetector,
+    Suspected,
+)
 
 if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetry_dir)
     from p2p.telemetry._recorder import Recorder
@@ -124,6 +151,17 @@ class NodeConfig:
     """``host:port`` of a telemetry collector to upload the spool to (needs ``telemetry_dir``)."""
     telemetry_upload_interval: float = 30.0
     """Seconds between uploads to the collector."""
+    detector: bool = True
+    """Run the failure detector (``False``: a crashed peer is never noticed and
+    the rounds that wait for it stall, the behaviour before issue 5)."""
+    detector_interval: float = 1.0
+    """Seconds between the detector's testing rounds."""
+    detector_timeout: float | None = None
+    """Age at which an unanswered probe counts as missed (``None``: half the
+    interval; probes expire at rounds, so the effective timeout is one round)."""
+    detector_attempts: int = 2
+    """Probes in a row that must go unanswered before a suspicion (2: one
+    delayed probe or reply on a busy host is not a false suspicion)."""
 
     def __post_init__(self) -> None:
         if self.overflow not in ("drop", "backpressure"):
@@ -153,6 +191,13 @@ class NodeConfig:
             value = getattr(self, name)
             if value < 0 or (name in positive and value == 0):
                 raise NodeError(f"{name} must be positive, got {value}")
+        try:
+            detector_config(self.detector_interval, self.detector_timeout, self.detector_attempts)
+        except DetectorError as exc:
+            raise NodeError(f"detector settings: {exc}") from None
+        timeout = self.detector_timeout
+        if timeout is not None and timeout > self.detector_interval:
+            raise NodeError("detector_timeout must not exceed detector_interval")
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -220,10 +265,18 @@ _new_delivery = _delivery_maker()
 
 @dataclass(frozen=True, slots=True)
 class MembershipEvent:
-    """``kind`` is ``joined`` or ``left``."""
+    """``kind`` is ``joined`` or ``left`` (the overlay gained or lost ``node``).
+
+    ``reason`` says why: ``discovered`` (a new member), ``restarted`` (a new
+    ``incarnation`` of a known id), ``suspected`` (the failure detector
+    suspects it: treated as crashed), ``left`` (it announced a graceful
+    leave, or discovery reported its departure).
+    """
 
     kind: str
     node: int
+    incarnation: int = 0
+    reason: str = ""
 
 
 class Subscription:
@@ -302,8 +355,9 @@ TraceHook = Callable[[str, str, int | None, int | None], None]
 """``(event, topic, source, seq)`` for the trace writer of ``p2p node``."""
 
 
-_Item = Packet | PeerExchange
-"""What an outbox holds: core packets, and now and then a peer exchange."""
+_Item = Packet | PeerExchange | Control
+"""What an outbox holds: core packets, control packets (detector messages, a
+leave), and now and then a peer exchange."""
 
 EXCHANGE_CHUNK = 256
 """Records per peer-exchange item (well under ``WireLimits.max_records``)."""
@@ -317,6 +371,22 @@ class _Link:
         self.peer_id = peer_id
         self.outbox: deque[_Item] = deque()
         self.wake = trio.Event()
+        self.scope = trio.CancelScope()
+        """Cancelled when the peer is suspected or leaves (:meth:`Node._drop_link`)."""
+        self.control_bytes = 0
+        """Bytes of control packets in the frame :meth:`_take` returned last."""
+
+    def put_control(self, item: Control) -> None:
+        """Queue a control packet; a full outbox drops it (counted), like a packet."""
+        if len(self.outbox) >= self.node.config.outbox_limit:
+            self.node.stats["control_dropped"] += 1
+            return
+        self.outbox.append(item)
+        self.wake.set()
+
+    def core_packets(self) -> int:
+        """Core packets queued (what the peer loses if the link is dropped now)."""
+        return sum(1 for x in self.outbox if not isinstance(x, _NOT_CORE))
 
     def put_exchange(self, records: list[bytes], *, reply: bool) -> None:
         """Queue ``records`` for the peer, in chunks; only the last chunk asks for a reply."""
@@ -337,7 +407,13 @@ class _Link:
         self.wake.set()
 
     async def run(self) -> None:
-        """Dial when there is something to send; write frames; re-dial with backoff."""
+        """Dial when there is something to send; write frames; re-dial with backoff.
+
+        Ends when :attr:`scope` is cancelled (the peer was dropped)."""
+        with self.scope:
+            await self._run()
+
+    async def _run(self) -> None:
         backoff = 0.05
         while True:
             await self._wait_for_work()
@@ -387,6 +463,7 @@ class _Link:
             if taken is None:
                 continue
             count, body = taken
+            control = self.control_bytes
             data = frame(session.seal(body))
             try:
                 await stream.send_all(data)
@@ -397,9 +474,12 @@ class _Link:
             self.node.stats["packets_sent"] += count
             self.node._room.set()
             self.node.stats["bytes_sent"] += len(data)
+            if control:  # a frame of control packets only costs its whole size
+                self.node.stats["detector_bytes_sent"] += control if count else len(data)
 
     def _take(self) -> tuple[int, bytes] | None:
-        """A prefix of the outbox as one frame body, and the packets in it.
+        """A prefix of the outbox as one frame body, and the core packets in it
+        (:attr:`control_bytes`: the bytes of its control packets, 0 if none).
 
         Usually everything queued fits and is encoded once; a batch that is too
         big is halved until it fits.  A single packet too big for any frame is
@@ -409,12 +489,14 @@ class _Link:
         count = self._batch_len()
         while count:
             batch = [self.outbox[i] for i in range(count)]
-            packets = [x for x in batch if not isinstance(x, PeerExchange)]
+            packets = [x for x in batch if not isinstance(x, _NOT_CORE)]
             exchange = next((x for x in batch if isinstance(x, PeerExchange)), None)
-            body = encode_packets(packets, exchange)
+            control = [x for x in batch if isinstance(x, _CONTROL)]
+            body = encode_packets(packets, exchange, control)  # type: ignore[arg-type]
             if len(body) <= limit:
                 for _ in range(count):
                     self.outbox.popleft()
+                self.control_bytes = len(encode_packets([], None, control)) - 3 if control else 0
                 return len(packets), body
             if count == 1:
                 self.outbox.popleft()
@@ -435,8 +517,20 @@ class _Link:
         return len(self.outbox)
 
 
+_CONTROL = (*Control.__args__,)
+_NOT_CORE = (PeerExchange, *_CONTROL)
+
+
 class Node:
-    """One VCube-PS node on the network.  Create it with :func:`open_node`."""
+    """One VCube-PS node on the network.  Create it with :func:`open_node`.
+
+    Membership invariant (kept by :meth:`_up` and :meth:`_down`): the core's
+    overlay is ``_alive`` plus this node, and a peer is in ``_alive`` exactly
+    when its newest known incarnation (``_incs``) is above the newest one
+    handed to ``core.crashed`` (``_dead``).  So the core never routes a SUB
+    round through a node it treats as crashed, and a crashed incarnation comes
+    back only as a newer one.
+    """
 
     def __init__(
         self,
@@ -450,7 +544,26 @@ class Node:
         self.config = config
         self.id = identity.node_id
         self.port = 0
-        self.core = VCubePS(self.id, overlay=Hypercube([self.id]), config=config.pubsub)
+        self.incarnation = new_incarnation()
+        """This process's incarnation (``p2p._liveness``), signed into its record."""
+        self.core = VCubePS(
+            self.id,
+            overlay=Hypercube([self.id]),
+            config=config.pubsub,
+            incarnation=self.incarnation,
+        )
+        self.detector: Detector | None = None
+        """The failure detector (``NodeConfig.detector``)."""
+        if config.detector:
+            dcfg = detector_config(
+                config.detector_interval, config.detector_timeout, config.detector_attempts
+            )
+            self.detector = Detector(self.id, self.incarnation, config=dcfg)
+        self._alive: set[int] = set()
+        self._incs: dict[int, int] = {}
+        self._dead: dict[int, int] = {}
+        self._heard: set[int] = set()
+        """Peers a frame came from since the last detector round (one set add per frame)."""
         self.peers: dict[int, Peer] = {}
         self.stats: dict[str, int] = dict.fromkeys(
             (
@@ -467,6 +580,13 @@ class Node:
                 "bytes_sent",
                 "bytes_received",
                 "malformed_payload",
+                "control_dropped",
+                "sent_to_crashed",
+                "lost_to_crash",
+                "detector_bytes_sent",
+                "suspicions",
+                "corrections",
+                "reincarnations",
             ),
             0,
         )
@@ -498,8 +618,8 @@ class Node:
     # ------------------------------------------------------------ public API
 
     def members(self) -> frozenset[int]:
-        """The overlay members this node knows (itself included)."""
-        return frozenset(self.peers) | {self.id}
+        """The overlay members this node knows and believes up (itself included)."""
+        return frozenset(self._alive) | {self.id}
 
     async def subscribe(self, topic: str) -> Subscription:
         """Join ``topic``; returns once the subscription's ACK wave has come back."""
@@ -581,16 +701,31 @@ class Node:
         link = self._links.get(peer.node_id)
         if link is not None:
             link.wake.set()
-        if old is None:
-            self._membership_changed(MembershipEvent("joined", peer.node_id))
+        inc = record_incarnation(peer.record, peer.issued_at)
+        if inc > self._dead.get(peer.node_id, -1):  # a crashed incarnation stays crashed
+            self._learn_member(peer.node_id, inc)
         return True
 
     def remove_peer(self, node_id: int) -> None:
-        """A peer left: the overlay no longer routes through it."""
+        """A peer left (discovery saw its service go): forgotten, treated as crashed."""
         peer = self.peers.pop(node_id, None)
-        if peer is not None:
-            self._left[node_id] = peer
-            self._membership_changed(MembershipEvent("left", node_id))
+        if peer is None:
+            return
+        self._left[node_id] = peer
+        inc = self._incs.get(node_id, 0)
+        now = trio.current_time()
+        if self.detector is not None:
+            self._on_detector(self.detector.leave(node_id, inc, now), now)
+        self._down(node_id, inc, "left", now)
+
+    def _learn_member(self, node: int, inc: int) -> None:
+        """Membership learnt ``node`` at ``inc``: the detector decides (a new member,
+        or a restart if ``inc`` is newer); without a detector, it is up at once."""
+        now = trio.current_time()
+        if self.detector is None:
+            self._up(node, inc, "discovered", now)
+        else:
+            self._on_detector(self.detector.join(node, inc, now), now)
 
     # -------------------------------------------------------------- plumbing
 
@@ -598,10 +733,42 @@ class Node:
         if self._closed or self._nursery is None:
             raise NodeError("the node is closed (use it inside `async with open_node(...)`)")
 
+    def _up(self, node: int, inc: int, reason: str, now: float) -> None:
+        """``node`` is up as ``inc``: it joins the overlay, then the core learns it
+        (which treats older incarnations as crashed and announces subscriptions)."""
+        if inc <= self._dead.get(node, -1) or inc < self._incs.get(node, 0):
+            return
+        self._incs[node] = inc
+        if node not in self._alive:
+            self._alive.add(node)
+            self._membership_changed(MembershipEvent("joined", node, inc, reason))
+        self._handle(self.core.joined(node, inc, now))
+
+    def _down(self, node: int, inc: int, reason: str, now: float) -> None:
+        """``node`` up to ``inc`` crashed or left: out of the overlay first, its
+        link and queued packets dropped, then the core repairs around it."""
+        if inc <= self._dead.get(node, -1):
+            return
+        self._dead[node] = inc
+        if node in self._alive and self._incs.get(node, 0) <= inc:
+            self._alive.discard(node)
+            self._drop_link(node)
+            self._membership_changed(MembershipEvent("left", node, inc, reason))
+        self._handle(self.core.crashed(node, inc, now))
+
+    def _drop_link(self, node: int) -> None:
+        """Stop dialling ``node``; what its outbox held is counted as lost."""
+        link = self._links.pop(node, None)
+        if link is not None:
+            self.stats["lost_to_crash"] += link.core_packets()
+            link.scope.cancel()
+
     def _membership_changed(self, event: MembershipEvent) -> None:
         self._version += 1
         self.core.set_overlay(Hypercube(self.members(), version=self._version))
-        log.info("%s %016x (%d members)", event.kind, event.node, len(self.peers) + 1)
+        log.info(
+            "%s %016x (%s; %d members)", event.kind, event.node, event.reason, len(self._alive) + 1
+        )
         for w in list(self._watchers):
             try:
                 w.send_nowait(event)
@@ -652,7 +819,11 @@ class Node:
 
     def _send(self, o: Send) -> None:
         packets = list(o.packet.packets) if isinstance(o.packet, Bundle) else [o.packet]
-        self._link(o.dest).put(packets)
+        dest = o.dest
+        if dest not in self._alive and dest in self._dead:  # the core repairs around it
+            self.stats["sent_to_crashed"] += len(packets)
+            return
+        self._link(dest).put(packets)
 
     def _on_published(self, o: Published) -> None:
         self._trace_event("publish", o.topic, o.id.source, o.id.seq)
@@ -713,8 +884,10 @@ class Node:
         return verified_peer(self.fleet, record)
 
     def known_records(self) -> list[bytes]:
-        """This node's record and those of the peers it knows (what an exchange sends)."""
-        return [self.record, *(p.record for p in self.peers.values())]
+        """This node's record and those of the peers it believes up (what an exchange
+        sends: a crashed peer's record would only make others dial it)."""
+        alive = self._alive
+        return [self.record, *(p.record for n, p in self.peers.items() if n in alive)]
 
     async def dial(self, peer: Peer) -> tuple[trio.SocketStream, SecureSession]:
         """Connect and authenticate; the peer must prove the id discovery announced."""
@@ -802,7 +975,13 @@ class Node:
             )
             peer = f"{session.peer_id:016x}"
             await self._read_frames(messages, session)
-        except (SecurityError, WireError, RemoteProtocolError, trio.TooSlowError) as exc:
+        except (
+            SecurityError,
+            WireError,
+            RemoteProtocolError,
+            RemoteDetectorError,
+            trio.TooSlowError,
+        ) as exc:
             self.stats["rejected_connections"] += 1
             log.warning("closing connection from %s: %s", peer, exc)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
@@ -813,16 +992,145 @@ class Node:
                 await stream.aclose()
 
     async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
-        """Decode, check and hand every packet to the core, in arrival order."""
+        """Decode, check and hand every packet to the core, in arrival order.
+
+        Every frame is a sign of life of its sender: one set add here, handed
+        to the detector at its next round (:meth:`_detector_round`)."""
+        peer = session.peer_id
+        heard = self._heard
         while (record := await messages.next()) is not None:
-            packets, exchange = decode_frame(session.open(record), self._limits)
+            body = decode_body(session.open(record), self._limits)
+            heard.add(peer)
             self.stats["frames_received"] += 1
             self.stats["bytes_received"] += len(record) + 4
-            for packet in packets:
+            for packet in body.packets:
                 self.stats["packets_received"] += 1
-                self._handle(self.core.receive(session.peer_id, packet, trio.current_time()))
-            if exchange is not None:
-                self._on_exchange(session.peer_id, exchange)
+                self._handle(self.core.receive(peer, packet, trio.current_time()))
+            if body.control:
+                self._on_control(peer, body.control)
+            if body.exchange is not None:
+                self._on_exchange(peer, body.exchange)
+
+    # ------------------------------------------------------------- liveness
+
+    def _on_control(self, sender: int, control: tuple[Control, ...]) -> None:
+        """Detector messages go to the detector, a leave makes ``sender`` leave.
+
+        Raises :class:`RemoteDetectorError` (the connection is closed) on a
+        message the detector refuses; a node without a detector ignores them.
+        """
+        now = trio.current_time()
+        for c in control:
+            if isinstance(c, Leave):
+                self._on_leave(sender, c.incarnation, now)
+            elif self.detector is not None:
+                self._on_detector(self.detector.receive(sender, c, now), now)
+
+    def _on_leave(self, sender: int, inc: int, now: float) -> None:
+        """``sender``'s incarnation ``inc`` leaves: forgotten, not suspected."""
+        peer = self.peers.pop(sender, None) if inc >= self._incs.get(sender, 0) else None
+        if peer is not None:
+            self._left[sender] = peer
+        if self.detector is not None:
+            self._on_detector(self.detector.leave(sender, inc, now), now)
+        self._down(sender, inc, "left", now)
+
+    async def _detect(self) -> None:
+        """A detector round every ``detector_interval`` seconds (on a fixed grid:
+        a late round does not shift the later ones)."""
+        assert self.detector is not None
+        interval = self.config.detector_interval
+        deadline = trio.current_time()
+        while True:
+            self._detector_round(trio.current_time())
+            deadline += interval
+            now = trio.current_time()
+            if deadline < now:  # the loop fell behind: skip the missed rounds
+                deadline = now + interval - (now - deadline) % interval
+            await trio.sleep_until(deadline)
+
+    def _detector_round(self, now: float) -> None:
+        """Report the peers heard from since the last round, then run a round.
+
+        Invariant: a frame that arrived after a probe left is reported before
+        that probe can expire, so traffic always answers a probe."""
+        assert self.detector is not None
+        det = self.detector
+        heard, self._heard = self._heard, set()
+        for node in heard:
+            self._on_detector(det.heard(node, now), now)
+        self._on_detector(det.tick(now), now)
+
+    def _on_detector(self, outputs: list[DetectorOutput], now: float) -> None:
+        """Carry out the detector's verdicts: they drive membership and the core."""
+        for o in outputs:
+            if isinstance(o, SendDetector):
+                self._link(o.dest).put_control(o.msg)
+            elif isinstance(o, Joined):
+                self._up(o.node, o.incarnation, "discovered", now)
+            elif isinstance(o, Restarted):
+                self._up(o.node, o.new, "restarted", now)
+            elif isinstance(o, Suspected):
+                self.stats["suspicions"] += 1
+                log.warning("suspect %016x (incarnation %d)", o.node, o.incarnation)
+                self._down(o.node, o.incarnation, "suspected", now)
+            elif isinstance(o, Left):
+                self._down(o.node, o.incarnation, "left", now)
+            elif isinstance(o, Corrected):
+                # The core treats a suspected incarnation as crashed for good: the
+                # node comes back once it learns of the suspicion and reincarnates.
+                self.stats["corrections"] += 1
+                log.info("%016x answers again; waiting for its new incarnation", o.node)
+            elif isinstance(o, SelfSuspected) and o.incarnation >= self.incarnation:
+                self._reincarnate(o.incarnation, now)
+
+    def _reincarnate(self, above: int, now: float) -> None:
+        """Others treat this incarnation as crashed: restart the core as a new one.
+
+        The new core starts empty with every known crash, subscribes again to
+        the application's topics (deliveries go on in the same
+        :class:`Subscription`), and numbers on from the old one (trace ids stay
+        unique).  Core packets still queued belong to the dead incarnation and
+        are dropped; ``publish(wait_acked=True)`` calls waiting on it return.
+        """
+        old = self.core
+        self.incarnation = next_incarnation(above)
+        self.stats["reincarnations"] += 1
+        log.warning("this node was suspected: back as incarnation %d", self.incarnation)
+        assert self.detector is not None
+        self._on_detector(self.detector.reincarnate(self.incarnation, now), now)
+        self.core = VCubePS(
+            self.id, overlay=old.overlay, config=self.config.pubsub, incarnation=self.incarnation
+        )
+        self.core.first_seq(old.next_seq)
+        for node, inc in self._dead.items():
+            self.core.crashed(node, inc, now)  # nothing to repair yet
+        for link in self._links.values():
+            kept = [x for x in link.outbox if isinstance(x, _NOT_CORE)]
+            self.stats["lost_to_crash"] += len(link.outbox) - len(kept)
+            link.outbox = deque(kept)
+        for ev in self._acked.values():
+            ev.set()
+        self._acked.clear()
+        if self.port:
+            self.record = self._sign_record()
+        for topic in self._subs:
+            self._subscribed.setdefault(topic, trio.Event())
+            self._handle(self.core.subscribe(topic, now))
+
+    def _sign_record(self) -> bytes:
+        """This node's discovery record: its address and signed incarnation."""
+        fields = {"host": self.config.interface, "port": self.port, INC_FIELD: self.incarnation}
+        return sign_record(self.identity, fields, self.fleet)
+
+    def _announce_leave(self) -> None:
+        """On a clean close: tell every member believed up that this node leaves,
+        behind whatever is queued for it (so they do not suspect it)."""
+        if self.detector is None:
+            return
+        leave = Leave(self.incarnation)
+        for node in list(self._alive):
+            self._link(node).put_control(leave)
 
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():
@@ -998,7 +1306,9 @@ async def open_node(
         )
         node.port = listeners[0].socket.getsockname()[1]
         node._nursery = nursery
-        node.record = sign_record(identity, {"host": cfg.interface, "port": node.port}, fleet)
+        node.record = node._sign_record()
+        if node.detector is not None:
+            nursery.start_soon(node._detect)
         for seed in cfg.seeds:
             nursery.start_soon(node._seed, seed)
         if cfg.telemetry_dir is not None:
@@ -1031,11 +1341,13 @@ async def open_node(
                     nursery.start_soon(node._discover, discovery)
                     _settle_heap()
                     yield node
+                    node._announce_leave()
                     await node._drain()
                     await node._last_upload()
             else:
                 _settle_heap()
                 yield node
+                node._announce_leave()
                 await node._drain()
                 await node._last_upload()
         finally:

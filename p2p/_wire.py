@@ -35,6 +35,16 @@ node     unsigned integer                                      < 2**64
 ctr      unsigned integer                                      < 2**63
 =======  ====================================================  ==============================
 
+Two runtime-level *control* packets share the packets array (the core never
+sees them):
+
+=======  ====================================================  ==============================
+DET      ``[4, detector message]``                             ``vcube.decode_detector``: a
+                                                               Probe or Reply, uint64 fields,
+                                                               <= max_detector_entries
+LEAVE    ``[5, incarnation: ctr]``                             the sender leaves gracefully
+=======  ====================================================  ==============================
+
 An *exchange* is runtime-level peer exchange (static seeds, networks without
 multicast): signed discovery records, checked by the receiver with
 ``verify_record`` before use; ``reply`` asks for the receiver's own list.
@@ -77,10 +87,16 @@ from topics import (
     Uns,
     ViewEntry,
 )
+from vcube import Probe, RemoteDetectorError, Reply, decode_detector
+from vcube import encode_detector as _detector_tree
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "Body",
+    "Control",
     "FrameReader",
+    "Leave",
+    "decode_body",
     "PeerExchange",
     "decode_frame",
     "WireError",
@@ -105,7 +121,7 @@ COUNTER_LIMIT: Final = 1 << 63
 MAX_DEPTH: Final = 7
 """Deepest array nesting of a valid body: body, packets, packet, messages, message, deps, id."""
 
-_PUB, _SUB, _UNS, _ACK = 0, 1, 2, 3
+_PUB, _SUB, _UNS, _ACK, _DET, _LEAVE = 0, 1, 2, 3, 4, 5
 
 
 class WireError(P2PError):
@@ -151,6 +167,9 @@ class WireLimits:
 
     max_record: int = 1200
     """Largest discovery record, in bytes (``p2p._secure.MAX_DISCOVERY_SIZE``)."""
+
+    max_detector_entries: int = 4096
+    """Most entries in one failure-detector reply (``vcube.DetectorConfig.max_entries``)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -388,11 +407,31 @@ class PeerExchange:
     reply: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """The sender's ``incarnation`` leaves the fleet gracefully: forget it, suspect nothing."""
+
+    incarnation: int
+
+
+Control = Probe | Reply | Leave
+"""Runtime-level packets that travel with the core's but never reach it."""
+
+
+def _e_control(c: Control) -> bytes:
+    """``[4, detector message]`` or ``[5, incarnation]``, canonical CBOR (cbor2's)."""
+    if isinstance(c, Leave):
+        return b"\x82" + _e_int(_LEAVE) + _e_int(c.incarnation)
+    return b"\x82" + _e_int(_DET) + cbor2.dumps(_detector_tree(c))
+
+
 def encode_packets(
-    packets: Sequence[Packet | Bundle], exchange: PeerExchange | None = None
+    packets: Sequence[Packet | Bundle],
+    exchange: PeerExchange | None = None,
+    control: Sequence[Control] = (),
 ) -> bytes:
     """One frame body: the protocol version and ``packets``, bundles flattened in order,
-    then ``exchange`` if given.
+    then the ``control`` packets, then ``exchange`` if given.
 
     The packets come from the local core and are trusted; :func:`decode_frame`
     is where the receiver checks them.
@@ -403,6 +442,7 @@ def encode_packets(
             parts.extend(map(_e_packet, p.packets))
         else:
             parts.append(_e_packet(p))
+    parts.extend(map(_e_control, control))
     body = [
         b"\x82" if exchange is None else b"\x83",
         _e_int(PROTOCOL_VERSION),
@@ -928,22 +968,64 @@ def decode_packets(body: bytes, limits: WireLimits) -> list[Packet]:
     return packets
 
 
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A decoded frame body: core packets, control packets and a peer exchange."""
+
+    packets: list[Packet]
+    exchange: PeerExchange | None = None
+    control: tuple[Control, ...] = ()
+
+
 def decode_frame(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExchange | None]:
     """The packets of one frame body, in order, and its peer exchange if any.
 
-    Raises :class:`WireError` on any deviation; a body holds at least one
-    packet or an exchange.
+    Raises :class:`WireError` on any deviation, control packets included (see
+    :func:`decode_body`); a body holds at least one packet or an exchange.
+    """
+    decoded = decode_body(body, limits)
+    if decoded.control:
+        raise WireError("unexpected control packet in a packets-only body")
+    return decoded.packets, decoded.exchange
+
+
+def decode_body(body: bytes, limits: WireLimits) -> Body:
+    """Everything one frame body holds; :class:`WireError` on any deviation.
+
+    Frames of PUB rounds and plain ACKs take the direct decoder; anything
+    else (control packets included) the checked one, so a detector message
+    is validated by the reference rules and ``vcube.decode_detector``.
     """
     if len(body) > limits.max_frame:
         raise WireError(f"body of {len(body)} bytes exceeds max_frame={limits.max_frame}")
     packets = _decode_direct(body, limits)
     if packets is not None:
-        return packets, None
-    return _decode_checked(body, limits)
+        return Body(packets)
+    return _decode_tree(body, limits)
+
+
+def _d_control(raw: list[object], lim: WireLimits) -> Control:
+    """A DET or LEAVE packet (tag already read); :class:`WireError` if malformed."""
+    if raw[0] == _LEAVE:
+        _, inc = _array(raw, "LEAVE", 2)
+        return Leave(_ctr(inc, "LEAVE.incarnation"))
+    _, msg = _array(raw, "DET", 2)
+    try:
+        return decode_detector(msg, max_entries=lim.max_detector_entries)
+    except RemoteDetectorError as exc:
+        raise WireError(f"DET: {exc}") from None
 
 
 def _decode_checked(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExchange | None]:
-    """:func:`decode_frame` by the reference rules: scan, ``cbor2``, schema checks."""
+    """:func:`decode_frame` by the reference rules (what the direct decoder must match)."""
+    decoded = _decode_tree(body, limits)
+    if decoded.control:
+        raise WireError("unexpected control packet in a packets-only body")
+    return decoded.packets, decoded.exchange
+
+
+def _decode_tree(body: bytes, limits: WireLimits) -> Body:
+    """:func:`decode_body` by the reference rules: scan, ``cbor2``, schema checks."""
     _scan(body, limits.max_items)
     try:
         tree: object = cbor2.loads(body, allow_indefinite=False, max_depth=MAX_DEPTH + 1)
@@ -961,7 +1043,14 @@ def _decode_checked(body: bytes, limits: WireLimits) -> tuple[list[Packet], Peer
     exchange = _d_exchange(parts[2], limits) if len(parts) == 3 else None
     if not raw and exchange is None:
         raise WireError("frame without packets")
-    return [_d_packet(p, limits) for p in raw], exchange
+    packets: list[Packet] = []
+    control: list[Control] = []
+    for p in raw:
+        if type(p) is list and p and p[0] in (_DET, _LEAVE) and type(p[0]) is int:
+            control.append(_d_control(p, limits))
+        else:
+            packets.append(_d_packet(p, limits))
+    return Body(packets, exchange, tuple(control))
 
 
 def _d_exchange(v: object, lim: WireLimits) -> PeerExchange:
