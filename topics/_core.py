@@ -251,6 +251,19 @@ def _deps(msg: PubMessage) -> list[Dep]:
     return deps
 
 
+def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
+    """Take ``bounds`` into the subscription's; the larger first-owned wins."""
+    for key, first in bounds.items():
+        state.bounds[key] = max(state.bounds.get(key, 0), first)
+
+
+def _oldest_held(state: _Topic, node: int, inc: int, below: int | None = None) -> PubMessage | None:
+    """The oldest publication of stream ``(node, inc)`` held here (below ``below``)."""
+    held = [m for m in state.buffer.items() if m.id.source == node
+            and m.id.incarnation == inc and (below is None or m.id.seq < below)]  # fmt: skip
+    return min(held, key=lambda m: m.id.seq, default=None)
+
+
 class VCubePS:
     """One VCube-PS node: topic membership, publication trees, causal delivery.
 
@@ -504,19 +517,15 @@ class VCubePS:
         return out
 
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
-        """:meth:`_bound_dead_stream` for publications of ``node`` already held here."""
-        oldest: dict[int, PubMessage] = {}
-        for msg in state.buffer.items():
-            mid = msg.id
-            if mid.source == node and mid.incarnation <= incarnation and msg.prev >= 0:
-                if (node, mid.incarnation) in state.bounds:
-                    continue
-                known = oldest.get(mid.incarnation)
-                if known is None or mid.seq < known.id.seq:
-                    oldest[mid.incarnation] = msg
+        """:meth:`_start_stream_at` for the unbounded streams of ``node`` (up to
+        ``incarnation``, now crashed) that have publications held here."""
+        incs = {m.id.incarnation for m in state.buffer.items()
+                if m.id.source == node and m.id.incarnation <= incarnation}  # fmt: skip
         released: list[PubMessage] = []
-        for msg in oldest.values():
-            released.extend(self._bound_dead_stream(state, msg))
+        for inc in incs - {i for n, i in state.bounds if n == node}:
+            oldest = _oldest_held(state, node, inc)
+            if oldest is not None and oldest.prev >= 0:  # a stream's first needs no bound
+                released.extend(self._start_stream_at(state, oldest))
         return released
 
     def _repair_child(self, rid: RoundId, pending: _Pending, dead: int) -> list[Output]:
@@ -890,9 +899,8 @@ class VCubePS:
         )
 
     def _sync_ack(self, rid: RoundId, pending: _Pending) -> Send:
-        """ACK an announce with this node's bound for the announcer: the first
-        publication numbered after it learned of that subscription (every later
-        round of this node goes there), as a SUB round's ACK would have."""
+        """ACK an announce with this node's entry and, if it published, its bound
+        for the announcer (:meth:`_sync_bound`), as a SUB round's ACK would have."""
         assert pending.parent is not None
         state = self._topic(pending.topic)
         bounds: tuple[Bound, ...] = ()
@@ -950,8 +958,9 @@ class VCubePS:
         """An honest ACK that no longer matters: one of the original round from a
         child repaired away (it was wrongly taken for crashed), or for a round
         of a repair copy itself repaired away (:meth:`_repair_child` retires
-        it), or any ACK with no round here at a restarted node.  A live repair round's ACK
-        counts even from the same id (a newer incarnation of the crashed child)."""
+        it), or any ACK with no round here at a restarted node.  A live repair
+        round's ACK counts even from the same id (a newer incarnation of the
+        crashed child)."""
         if pending is not None:
             return not repair and pending.replaced is not None and sender in pending.replaced
         # A restarted node may get ACKs its previous incarnation was owed (the
@@ -1070,8 +1079,7 @@ class VCubePS:
             out.extend(self._learn(state, entry))
         own = state.view.get(self.id)
         if state.subscribed and own is not None and own.op_id == pending.ids[0]:
-            for key, first in pending.bounds.items():
-                state.bounds[key] = max(state.bounds.get(key, 0), first)
+            _merge_bounds(state, pending.bounds)
             state.syncing = self._unreached(state)
             if not state.syncing:
                 out.extend(self._open(state))
@@ -1103,9 +1111,8 @@ class VCubePS:
         Used only for a stream with no bound yet (a SUB round's ACK said more).
         Everything from ``b`` on comes here.  Before ``b``, the newcomer may
         still have sent publications here under an older entry of this node in
-        its view: the oldest one held, whose predecessor is missing, starts the
-        stream instead (its predecessor's round completed before its own began,
-        so had it been sent here it would be here).  Older ones are not owed.
+        its view: the oldest one held starts the stream instead
+        (:meth:`_start_stream_at`).  Older ones are not owed.
         """
         out: list[Output] = []
         for entry in (pending.view or {}).values():
@@ -1123,11 +1130,9 @@ class VCubePS:
         for (node, inc), first in pending.bounds.items():
             if (node, inc) in state.bounds:
                 continue
-            held = [m for m in state.buffer.items() if m.id.source == node
-                    and m.id.incarnation == inc and m.id.seq < first]  # fmt: skip
-            oldest = min(held, key=lambda m: m.id.seq, default=None)
+            oldest = _oldest_held(state, node, inc, below=first)
             if oldest is not None:
-                ready.extend(self._bound_dead_stream(state, oldest))
+                ready.extend(self._start_stream_at(state, oldest))
             else:
                 state.bounds[(node, inc)] = first
                 ready.extend(state.buffer.advance(node, inc, first - 1))
@@ -1137,8 +1142,7 @@ class VCubePS:
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
         """An announce sent for :meth:`_unreached` came back: its bound counts as a
         SUB round's would; the last one confirms the subscription."""
-        for key, first in (pending.bounds or {}).items():
-            state.bounds[key] = max(state.bounds.get(key, 0), first)
+        _merge_bounds(state, pending.bounds or {})
         state.syncing.discard(pending.dest)
         return [] if state.syncing else self._open(state)
 
@@ -1220,7 +1224,7 @@ class VCubePS:
         out: list[Output] = []
         src, inc = msg.id.source, msg.id.incarnation
         if msg.prev >= 0 and self._is_dead(src, inc) and (src, inc) not in state.bounds:
-            out.extend(self._release(state, self._bound_dead_stream(state, msg)))
+            out.extend(self._release(state, self._start_stream_at(state, msg)))
         if state.buffer.add(msg, self._live_deps(state, msg)):
             out.extend(self._release(state, [msg]))
         else:
@@ -1228,17 +1232,17 @@ class VCubePS:
         return out
 
     @staticmethod
-    def _bound_dead_stream(state: _Topic, first: PubMessage) -> list[PubMessage]:
-        """Stand in for the bound a crashed source never reported: ``first`` is the
-        oldest publication of its stream held here, and its predecessor is not.
+    def _start_stream_at(state: _Topic, first: PubMessage) -> list[PubMessage]:
+        """Stand in for a bound that will not come: ``first`` is the oldest
+        publication of its stream held here, and its predecessor is not.
 
         That predecessor travelled in an earlier round of the source, which
         completed before the next one started, so had this subscription been
         among its destinations it would be here: it predates the subscription.
         So ``first`` becomes the stream's first owned publication (older ones
         are skipped) and its predecessor counts as settled.  Returns what that
-        releases.  Only for a source that is dead and gave no bound: a live one
-        gives its bound in the SUB round's ACKs.
+        releases.  For a crashed source that gave no bound, and for a
+        newcomer's stream below its announce bound (:meth:`_synced`).
         """
         state.bounds[(first.id.source, first.id.incarnation)] = first.id.seq
         return state.buffer.advance(first.id.source, first.id.incarnation, first.prev)
