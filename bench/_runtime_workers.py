@@ -375,7 +375,7 @@ async def _ours_main(spec: Spec) -> None:
 
 
 async def _ours_node(
-    spec: Spec, hook: Callable[[str, str, int | None, int | None], None] | None
+    spec: Spec, hook: Callable[[str, str, int | None, int | None, int], None] | None
 ) -> None:
     """One node through the worker's steps (see the module docstring)."""
     import trio
@@ -412,11 +412,11 @@ async def _ours_node(
         await _ours_command("exit")
 
 
-def _trace_hook(fh: IO[str]) -> Callable[[str, str, int | None, int | None], None]:
+def _trace_hook(fh: IO[str]) -> Callable[[str, str, int | None, int | None, int], None]:
     """Trace events as ``time event source seq`` lines (``-`` for none), written as they
     happen: kept in memory they would grow the heap the garbage collector walks."""
 
-    def hook(event: str, topic: str, source: int | None, seq: int | None) -> None:
+    def hook(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
         fh.write(f"{time.time()!r} {event} {'-' if source is None else source} "
                  f"{'-' if seq is None else seq}\n")  # fmt: skip
 

@@ -12,19 +12,23 @@ of the benchmark host far more than 16 nodes in one event loop.  The price:
 one node's work delays the others' detector rounds, so a loaded loop makes
 this measurement pessimistic, not optimistic.
 
-Method: detector rounds of ``--interval`` (1 s), ``attempts = 2``; every node
-subscribes to ``load``, and nodes 0 and 1 (never killed) publish there
-``--rate`` messages per second each.  After ``--warmup`` seconds, a node
-(never 0 or 1) is killed every ``--kill-every`` seconds while at least
-``--keep`` nodes remain.  Reported:
+Method: detector rounds of ``--interval`` (1 s), ``attempts = 2``, probe
+``--timeout`` (default: the interval, the runtime's default); probes expire
+at their deadline, suspicions are pushed down the broadcast trees, and a
+connection that breaks and cannot be re-dialled makes its node probe the
+peer at once.  Every node subscribes to ``load``, and nodes 0 and 1 (never
+killed) publish there ``--rate`` messages per second each.  After
+``--warmup`` seconds, a node (never 0 or 1) is killed every
+``--kill-every`` seconds while at least ``--keep`` nodes remain.  Reported:
 
 * time to detect: from a kill to the last survivor's ``Suspected`` (the
   membership event ``left``/``suspected`` for that node), median and max;
 * false suspicions: suspicions of nodes that were not killed, and
   self-suspicions (reincarnations);
-* detector bytes per second per node: control packets sent (probes, replies;
-  a frame of only control packets counts whole, prefix and seal included),
-  over the whole run and the live nodes;
+* detector bytes per second per node: control packets sent (probes,
+  replies, pushes; a frame of only control packets counts whole, prefix and
+  seal included), over the whole run and the live nodes; pushes sent per
+  kill and survivor;
 * deliveries: publications of nodes 0 and 1 missing at a survivor at the end.
 
 Writes ``bench/results/detector_loopback.json``; every node is cancelled on
@@ -72,6 +76,7 @@ class Bench:
             seeds=() if seed is None else (f"127.0.0.1:{seed}",),
             seed_interval=5.0,
             detector_interval=self.args.interval,
+            detector_timeout=self.args.timeout,
             drain_timeout=0.5,
         )
 
@@ -131,6 +136,7 @@ async def _run(
         for i in (0, 1):
             nursery.start_soon(b.publish, b.nodes[i])
         bytes0 = {i: x.stats["detector_bytes_sent"] for i, x in b.nodes.items()}
+        pushes0 = {i: _pushes(x) for i, x in b.nodes.items()}
         start = trio.current_time()
         await trio.sleep(args.warmup)
         victims = list(range(n - 1, 1, -1))[: max(0, n - args.keep)]
@@ -143,6 +149,7 @@ async def _run(
         elapsed = trio.current_time() - start
         survivors = dict(b.nodes)
         sent = sum(x.stats["detector_bytes_sent"] - bytes0[i] for i, x in survivors.items())
+        pushes = sum(_pushes(x) - pushes0[i] for i, x in survivors.items())
         reincarnations = sum(x.stats["reincarnations"] for x in survivors.values())
         missing = _missing(b, survivors)
         nursery.cancel_scope.cancel()
@@ -157,6 +164,7 @@ async def _run(
     return {
         "nodes": n,
         "interval_s": args.interval,
+        "timeout_s": args.timeout if args.timeout is not None else args.interval,
         "attempts": 2,
         "duration_s": round(elapsed, 1),
         "publish_rate_per_publisher": args.rate,
@@ -168,6 +176,9 @@ async def _run(
         "false_suspicions": len(b.false),
         "reincarnations": reincarnations,
         "detector_bytes_per_s_per_node": round(sent / elapsed / len(survivors), 1),
+        "detector_pushes_per_kill_per_survivor": (
+            round(pushes / len(b.killed_at) / len(survivors), 2) if b.killed_at else None
+        ),
         "survivors": len(survivors),
         "missing_deliveries": missing,
     }
@@ -182,6 +193,11 @@ async def _subscribe_then_collect(b: Bench, nursery: trio.Nursery, i: int, node:
             out.append(d)
 
     nursery.start_soon(drain)
+
+
+def _pushes(node: Node) -> int:
+    """Detector pushes ``node`` sent so far (its own and forwarded)."""
+    return node.detector.stats.pushes if node.detector is not None else 0
 
 
 def _missing(b: Bench, survivors: dict[int, Node]) -> int:
@@ -199,6 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of measurement")
     p.add_argument("--nodes", type=int, default=16)
     p.add_argument("--interval", type=float, default=1.0, help="detector round, seconds")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="probe timeout, seconds (default: interval)"
+    )
     p.add_argument("--rate", type=float, default=10.0, help="publications/s of each publisher")
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--kill-every", type=float, default=10.0)

@@ -8,8 +8,11 @@ A benchmark, not a test: it asserts nothing.  Run it from the repository root::
 
 Every run is :mod:`vcube._detsim` (the same driver as ``tests/test_detector.py``):
 random 64-bit ids, every node joined to every other, ticks every
-``interval = 1 s`` at a random phase, ``timeout = 0.5 s``, one-way delays
-``1 ms + Exp(mean 10 ms)``, no loss.  Per ``(N, seed)``:
+``interval = 1 s`` at a random phase, ``timeout = 1 s`` (the runtime's
+default; probes expire at their deadline, as in the runtime, so each attempt
+waits one interval, as it did when probes sent at ticks with ``timeout =
+0.5 s`` expired at the next tick), changes pushed down the broadcast trees,
+one-way delays ``1 ms + Exp(mean 10 ms)``, no loss.  Per ``(N, seed)``:
 
 ``crash``  one random node crashes after 8 rounds: rounds until each correct
            node suspects it (median over the N-1 observers and max, against
@@ -21,15 +24,22 @@ random 64-bit ids, every node joined to every other, ticks every
 ``data``   as ``crash``, but every node also sends one data frame per round on
            each link it monitors, carrying its detector version (the driver's
            piggyback): probe+reply traffic, plus the piggybacked bytes.
-``spike``  no crash, 1 % of messages delayed by 3 x timeout (1.5 s), 40 rounds
-           (12 rounds and one seed for N > 256: every false suspicion and its
-           correction reach every node, which is slow to simulate): timeouts
-           of live nodes, suspicion events about live nodes (each timeout
+``spike``  no crash, 1 % of messages delayed by 1.5 s (above one timeout,
+           below two), 40 rounds (12 rounds and one seed for N > 256: every
+           false suspicion and its correction reach every node, which is slow
+           to simulate): timeouts of live nodes, suspicion events about live nodes (each timeout
            spreads), self-suspicions (nodes told they were suspected: under the
            library's rule each restarts with a new incarnation), and the
            detector traffic this churn costs.
 ``crash2``, ``spike2``  ``crash`` and ``spike`` with ``attempts = 2`` (two
            unanswered probes in a row before a suspicion).
+``hint2``  ``crash2`` with the transport's hint 50 ms after the crash
+           (``Detector.probe_now`` at every node linked to the crashed one).
+``pull2``  ``crash2`` without pushes and with expiry at ticks only: the
+           detector before pushes, for comparison within one run.
+
+Probe+reply+push traffic counts in ``msgs``/``bytes``; ``push_msgs_per_node``
+is every push sent in a crash run (its own and forwarded), per node.
 
 Prints a table, writes JSON to ``bench/results/detector_sim.json`` (or ``--out``),
 progress on stderr.
@@ -38,6 +48,7 @@ progress on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -60,16 +71,18 @@ from vcube._detsim import (
 )
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "detector_sim.json"
-CONFIG = DetectorConfig(interval=1.0, timeout=0.5)
-CONFIG2 = DetectorConfig(interval=1.0, timeout=0.5, attempts=2)
+CONFIG = DetectorConfig(interval=1.0, timeout=1.0)
+CONFIG2 = DetectorConfig(interval=1.0, timeout=1.0, attempts=2)
 DELAYS = Delays(low=0.001, high=0.011, exponential=True)
-SPIKES = Delays(low=0.001, high=0.011, exponential=True, spike_prob=0.01, spike=3 * CONFIG.timeout)
+SPIKES = Delays(low=0.001, high=0.011, exponential=True, spike_prob=0.01, spike=1.5)
 WARMUP = 8
 STEADY = range(2, WARMUP)
 SPIKE_ROUNDS = 40
 SPIKE_ROUNDS_LARGE = 12
 LARGE = 256
-SCENARIOS = ("crash", "mass", "data", "spike", "crash2", "spike2")
+SCENARIOS = ("crash", "mass", "data", "spike", "crash2", "spike2", "hint2", "pull2")
+HINT_DELAY = 0.05
+DETECTOR_KINDS = ("probe", "reply", "push")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +106,12 @@ def per_node_second(counter: dict[tuple[str, int], int], kinds: tuple[str, ...],
     return total / (n * len(STEADY) * CONFIG.interval)
 
 
-def latency(out: CrashOutcome) -> dict[str, Any]:
+def latency(out: CrashOutcome, net: DetectorNet) -> dict[str, Any]:
     """Median and max rounds until the correct nodes suspect the crashed ones."""
     lat = out.latencies
+    pushes = sum(v for (k, _), v in net.record.messages.items() if k == "push")
     return {
+        "push_msgs_per_node": pushes / out.n,
         "complete": out.complete,
         "median_rounds": statistics.median(lat) if lat else None,
         "max_rounds": max(lat) if lat else None,
@@ -112,8 +127,8 @@ def traffic(net: DetectorNet, n: int) -> dict[str, Any]:
         "probes_per_round": statistics.fmean(rec.probes[r] for r in STEADY),
         "checks_per_round": statistics.fmean(rec.checks[r] for r in STEADY),
         "max_probes_per_round": max(rec.probes.values()),
-        "msgs_per_node_s": per_node_second(dict(rec.messages), ("probe", "reply"), n),
-        "bytes_per_node_s": per_node_second(dict(rec.bytes), ("probe", "reply"), n),
+        "msgs_per_node_s": per_node_second(dict(rec.messages), DETECTOR_KINDS, n),
+        "bytes_per_node_s": per_node_second(dict(rec.bytes), DETECTOR_KINDS, n),
         "piggyback_bytes_per_node_s": per_node_second(dict(rec.bytes), ("data",), n),
         "data_frames_per_node_s": per_node_second(dict(rec.messages), ("data",), n),
     }
@@ -132,9 +147,19 @@ def run(task: Task) -> dict[str, Any]:
     else:
         k = max(1, task.n // 10) if task.scenario == "mass" else 1
         dead = rng.sample(ids, k)
-        data = task.scenario == "data"
-        out, net = run_crash(ids, dead, rng, config=config, delays=DELAYS, data=data, warmup=WARMUP)
-        res.update(latency(out))
+        pull = task.scenario == "pull2"
+        out, net = run_crash(
+            ids,
+            dead,
+            rng,
+            config=dataclasses.replace(config, push=False) if pull else config,
+            delays=DELAYS,
+            data=task.scenario == "data",
+            warmup=WARMUP,
+            deadline_expiry=not pull,
+            hint=HINT_DELAY if task.scenario == "hint2" else None,
+        )
+        res.update(latency(out, net))
         res.update(traffic(net, task.n))
         res["false_suspicions"] = out.false_suspicions
     res["wall_s"] = time.perf_counter() - started
@@ -173,7 +198,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by = {s: [r for r in results if r["n"] == n and r["scenario"] == s] for s in SCENARIOS}
         log_n = math.log2(n)
         crash, mass, data, spikes = by["crash"], by["mass"], by["data"], by["spike"]
-        crash2, spikes2 = by["crash2"], by["spike2"]
+        crash2, spikes2, hint2, pull2 = by["crash2"], by["spike2"], by["hint2"], by["pull2"]
         row: dict[str, Any] = {"n": n, "bound_rounds": math.ceil(log_n) ** 2, "n_log2_n": n * log_n}
         row["seeds"] = len(crash)
         row["T"] = statistics.fmean(r["T"] for r in crash)
@@ -181,9 +206,18 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["crash_max_rounds"] = max(r["max_rounds"] for r in crash)
         row["crash2_median_rounds"] = statistics.median(r["median_rounds"] for r in crash2)
         row["crash2_max_rounds"] = max(r["max_rounds"] for r in crash2)
+        row["hint2_median_rounds"] = statistics.median(r["median_rounds"] for r in hint2)
+        row["hint2_max_rounds"] = max(r["max_rounds"] for r in hint2)
+        row["pull2_median_rounds"] = statistics.median(r["median_rounds"] for r in pull2)
+        row["pull2_max_rounds"] = max(r["max_rounds"] for r in pull2)
         row["mass_median_rounds"] = statistics.median(r["median_rounds"] for r in mass)
         row["mass_max_rounds"] = max(r["max_rounds"] for r in mass)
-        row["all_complete"] = all(r["complete"] for r in crash + mass + data + crash2)
+        row["all_complete"] = all(
+            r["complete"] for r in crash + mass + data + crash2 + hint2 + pull2
+        )
+        row["push_msgs_per_node_per_crash"] = statistics.fmean(
+            r["push_msgs_per_node"] for r in crash
+        )
         row["probes_per_round"] = statistics.fmean(r["probes_per_round"] for r in crash)
         row["checks_per_round"] = statistics.fmean(r["checks_per_round"] for r in crash)
         row["max_probes_per_round"] = max(r["max_probes_per_round"] for r in crash + mass)
@@ -194,7 +228,7 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["piggyback_bytes_per_node_s"] for r in data
         )
         row["false_suspicions_no_spikes"] = sum(
-            r["false_suspicions"] for r in crash + mass + data + crash2
+            r["false_suspicions"] for r in crash + mass + data + crash2 + hint2 + pull2
         )
         row["spike_timeouts"] = sum(r["timeouts"] for r in spikes)
         row["spike_self_suspicions_per_node_hour"] = statistics.fmean(
@@ -216,6 +250,10 @@ COLUMNS = [
     ("lat max", "crash_max_rounds", "{:.2f}"),
     ("a=2 med", "crash2_median_rounds", "{:.2f}"),
     ("a=2 max", "crash2_max_rounds", "{:.2f}"),
+    ("hint med", "hint2_median_rounds", "{:.2f}"),
+    ("hint max", "hint2_max_rounds", "{:.2f}"),
+    ("pull med", "pull2_median_rounds", "{:.2f}"),
+    ("pull max", "pull2_max_rounds", "{:.2f}"),
     ("10% med", "mass_median_rounds", "{:.2f}"),
     ("10% max", "mass_max_rounds", "{:.2f}"),
     ("N log2 N", "n_log2_n", "{:.0f}"),
@@ -223,6 +261,7 @@ COLUMNS = [
     ("checks/rd", "checks_per_round", "{:.0f}"),
     ("probes/rd", "probes_per_round", "{:.0f}"),
     ("max pr/rd", "max_probes_per_round", "{:d}"),
+    ("push/n/crash", "push_msgs_per_node_per_crash", "{:.2f}"),
     ("idle msg/n/s", "idle_msgs_per_node_s", "{:.1f}"),
     ("idle B/n/s", "idle_bytes_per_node_s", "{:.0f}"),
     ("data msg/n/s", "data_msgs_per_node_s", "{:.2f}"),
@@ -267,7 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "benchmark": "detector_sim",
         "quick": args.quick,
-        "config": {"interval": CONFIG.interval, "timeout": CONFIG.timeout, "attempts": [1, 2]},
+        "config": {
+            "interval": CONFIG.interval,
+            "timeout": CONFIG.timeout,
+            "attempts": [1, 2],
+            "push": CONFIG.push,
+            "expiry": "at deadlines (pull2: at ticks, no push)",
+            "hint_delay_s": HINT_DELAY,
+        },
         "delays": "1 ms + Exp(mean 10 ms) one way, no loss",
         "spikes": {"prob": SPIKES.spike_prob, "delay_s": SPIKES.spike},
         "warmup_rounds": WARMUP,

@@ -94,8 +94,8 @@ class _Tracer:
     def idx(self, node_id: int) -> int:
         return self.index.setdefault(node_id, len(self.index))
 
-    def hook(self, me: list[int]) -> Callable[[str, str, int | None, int | None], None]:
-        def record(event: str, topic: str, source: int | None, seq: int | None) -> None:
+    def hook(self, me: list[int]) -> Callable[[str, str, int | None, int | None, int], None]:
+        def record(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
             src = self.idx(source if source is not None else me[0])
             self.events.append(
                 TraceEvent(trio.current_time(), self.idx(me[0]), event, topic, src, seq)

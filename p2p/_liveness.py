@@ -63,10 +63,17 @@ def record_incarnation(record: bytes, issued_at: int) -> int:
 
 
 def detector_config(interval: float, timeout: float | None, attempts: int) -> DetectorConfig:
-    """The detector settings of ``NodeConfig`` (``timeout=None``: half the interval)."""
+    """The detector settings of ``NodeConfig`` (``timeout=None``: the interval).
+
+    The runtime expires probes at their deadline, so the timeout is what a
+    peer gets to answer each attempt.  One interval is what it got when probes
+    expired at rounds: pushing suspicions and probing on a broken connection
+    made detection faster without shortening that (a shorter timeout detects
+    faster still, and tolerates shorter stalls).
+    """
     return DetectorConfig(
         interval=interval,
-        timeout=interval / 2 if timeout is None else timeout,
+        timeout=interval if timeout is None else timeout,
         attempts=attempts,
     )
 

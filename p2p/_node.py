@@ -157,8 +157,8 @@ class NodeConfig:
     detector_interval: float = 1.0
     """Seconds between the detector's testing rounds."""
     detector_timeout: float | None = None
-    """Age at which an unanswered probe counts as missed (``None``: half the
-    interval; probes expire at rounds, so the effective timeout is one round)."""
+    """Age at which an unanswered probe counts as missed (``None``: the
+    interval; probes expire at this deadline, not at the next round)."""
     detector_attempts: int = 2
     """Probes in a row that must go unanswered before a suspicion (2: one
     delayed probe or reply on a busy host is not a false suspicion)."""
@@ -351,8 +351,12 @@ DELIVERY_BATCH = 64
 """Deliveries :meth:`Subscription.receive` hands out between two schedule points."""
 
 
-TraceHook = Callable[[str, str, int | None, int | None], None]
-"""``(event, topic, source, seq)`` for the trace writer of ``p2p node``."""
+TraceHook = Callable[[str, str, int | None, int | None, int], None]
+"""``(event, topic, source, seq, incarnation)`` for the trace writer of ``p2p node``.
+
+``incarnation`` is the source's for ``publish`` and ``deliver`` (a publication
+is ``(source, incarnation, seq)``: a restarted process numbers from 0 again) and
+the node's own for membership events."""
 
 
 _Item = Packet | PeerExchange | Control
@@ -415,8 +419,12 @@ class _Link:
 
     async def _run(self) -> None:
         backoff = 0.05
+        # lost: a connection broke and was not re-established since: re-dial at
+        # once, and if that fails, hint the detector (Node._unreachable).
+        lost = False
         while True:
-            await self._wait_for_work()
+            if not lost:
+                await self._wait_for_work()
             peer = self.node.peers.get(self.peer_id)
             if peer is None:  # no address yet: discovery will call wake
                 self.wake = trio.Event()
@@ -436,19 +444,46 @@ class _Link:
                 log.warning(
                     "cannot reach %016x at %s:%d: %s", peer.node_id, peer.host, peer.port, exc
                 )
+                if lost and not isinstance(exc, SecurityError | WireError):
+                    self.node._unreachable(self.peer_id)  # one hint per lost connection
+                lost = False
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.node.config.max_backoff)
                 continue
-            backoff = 0.05
+            opened = trio.current_time()
             self.node.connections += 1
             try:
-                await self._pump(stream, session)
+                await self._pump_until_closed(stream, session)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.warning("connection to %016x lost: %s", self.peer_id, exc)
             finally:
                 self.node.connections -= 1
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
+            lost = True
+            if trio.current_time() - opened >= _LASTED:
+                backoff = 0.05
+            else:  # closed as soon as opened: back off as after a failed dial, no tight loop
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.node.config.max_backoff)
+
+    async def _pump_until_closed(self, stream: trio.SocketStream, session: SecureSession) -> None:
+        """:meth:`_pump` until a write fails or the peer closes the connection.
+
+        The peer never writes on a connection this node dialled, so a read
+        returns only when the connection ends (a crashed process's kernel
+        closes it at once): the link learns of it without waiting to write.
+        """
+        error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_until_closed, stream, nursery.cancel_scope)
+            try:
+                await self._pump(stream, session)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                error = exc  # re-raised outside the nursery, not in an exception group
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
 
     async def _wait_for_work(self) -> None:
         while not self.outbox:
@@ -519,6 +554,18 @@ class _Link:
 
 _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
+_LASTED = 1.0
+"""Seconds a connection must have lasted for its loss to reset a link's backoff."""
+
+
+async def _until_closed(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    """Read (and ignore) ``stream`` until it ends, then cancel ``scope``."""
+    try:
+        while await stream.receive_some(4096):
+            pass
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    scope.cancel()
 
 
 class Node:
@@ -563,7 +610,10 @@ class Node:
         self._incs: dict[int, int] = {}
         self._dead: dict[int, int] = {}
         self._heard: set[int] = set()
-        """Peers a frame came from since the last detector round (one set add per frame)."""
+        """Peers a frame came from since the detector last heard of it (one set add
+        per frame; handed over by :meth:`_detector_flush`)."""
+        self._detector_wake: trio.CancelScope | None = None
+        """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
         self.stats: dict[str, int] = dict.fromkeys(
             (
@@ -826,7 +876,7 @@ class Node:
         self._link(dest).put(packets)
 
     def _on_published(self, o: Published) -> None:
-        self._trace_event("publish", o.topic, o.id.source, o.id.seq)
+        self._trace_event("publish", o.topic, o.id.source, o.id.seq, o.id.incarnation)
         if self.recorder is not None:
             self.recorder.published(o.topic)
             self._published_at[o.id] = self._now
@@ -846,7 +896,7 @@ class Node:
     def _deliver(self, d: Delivered) -> None:
         source, incarnation, seq = mid = d.id
         if self._trace is not None:
-            self._trace("deliver", d.topic, source, seq)
+            self._trace("deliver", d.topic, source, seq, incarnation)
         payload = d.payload
         if len(payload) < _STAMP_SIZE:  # no honest member sends this
             self.stats["malformed_payload"] += 1
@@ -865,9 +915,11 @@ class Node:
             sub.dropped += 1
             log.error("subscription %r is not being read: delivery dropped", d.topic)
 
-    def _trace_event(self, event: str, topic: str, source: int | None, seq: int | None) -> None:
+    def _trace_event(
+        self, event: str, topic: str, source: int | None, seq: int | None, inc: int | None = None
+    ) -> None:
         if self._trace is not None:
-            self._trace(event, topic, source, seq)
+            self._trace(event, topic, source, seq, self.incarnation if inc is None else inc)
 
     def _link(self, dest: int) -> _Link:
         link = self._links.get(dest)
@@ -1037,29 +1089,64 @@ class Node:
 
     async def _detect(self) -> None:
         """A detector round every ``detector_interval`` seconds (on a fixed grid:
-        a late round does not shift the later ones)."""
-        assert self.detector is not None
-        interval = self.config.detector_interval
-        deadline = trio.current_time()
-        while True:
-            self._detector_round(trio.current_time())
-            deadline += interval
-            now = trio.current_time()
-            if deadline < now:  # the loop fell behind: skip the missed rounds
-                deadline = now + interval - (now - deadline) % interval
-            await trio.sleep_until(deadline)
-
-    def _detector_round(self, now: float) -> None:
-        """Report the peers heard from since the last round, then run a round.
-
-        Invariant: a frame that arrived after a probe left is reported before
-        that probe can expire, so traffic always answers a probe."""
-        assert self.detector is not None
+        a late round does not shift the later ones), and between rounds, the
+        expiry of each probe at its deadline (``Detector.deadline``), so a
+        suspicion takes ``timeout`` per attempt, not a round."""
         det = self.detector
+        assert det is not None
+        interval = self.config.detector_interval
+        next_round = trio.current_time()
+        while True:
+            now = trio.current_time()
+            if now >= next_round:
+                self._detector_round(now)
+                next_round += interval
+                now = trio.current_time()
+                if next_round < now:  # the loop fell behind: skip the missed rounds
+                    next_round = now + interval - (now - next_round) % interval
+            else:
+                self._detector_flush(now)
+                self._on_detector(det.expire(now), now)
+            due = det.deadline()
+            with trio.move_on_at(next_round if due is None else min(due, next_round)) as wake:
+                self._detector_wake = wake
+                await trio.sleep_forever()
+            self._detector_wake = None
+
+    def _detector_flush(self, now: float) -> None:
+        """Report the peers heard from since the last report.
+
+        Invariant: the detector hears of a frame before any probe leaves or
+        expires after it arrived (every path that probes or expires flushes
+        first), and a frame reported at ``now`` arrived after every probe
+        sent before ``now``, so traffic always answers a probe and never one
+        that left after it."""
+        det = self.detector
+        assert det is not None
         heard, self._heard = self._heard, set()
         for node in heard:
             self._on_detector(det.heard(node, now), now)
-        self._on_detector(det.tick(now), now)
+
+    def _detector_round(self, now: float) -> None:
+        """Report the peers heard from since the last report, then run a round."""
+        assert self.detector is not None
+        self._detector_flush(now)
+        self._on_detector(self.detector.tick(now), now)
+
+    def _unreachable(self, node: int) -> None:
+        """A hint from a link: the connection to ``node`` broke and re-dialling
+        failed (what a crashed process's peers see).  The detector probes it now
+        rather than at its next round; only unanswered probes make a suspicion."""
+        det = self.detector
+        if det is None or self._closed:
+            return
+        now = trio.current_time()
+        self._detector_flush(now)
+        self._on_detector(det.probe_now(node, now), now)
+        due = det.deadline()
+        wake = self._detector_wake
+        if due is not None and wake is not None and due < wake.deadline:
+            wake.deadline = due
 
     def _on_detector(self, outputs: list[DetectorOutput], now: float) -> None:
         """Carry out the detector's verdicts: they drive membership and the core."""

@@ -139,7 +139,9 @@ class _Trace:
         self.fh = fh
         self.node = node
 
-    def __call__(self, event: str, topic: str, source: int | None, seq: int | None) -> None:
+    def __call__(
+        self, event: str, topic: str, source: int | None, seq: int | None, inc: int
+    ) -> None:
         if self.fh is None:
             return
         line = {
@@ -149,6 +151,7 @@ class _Trace:
             "topic": topic,
             "source": f"{source:016x}" if source is not None else f"{self.node[0]:016x}",
             "seq": seq,
+            "inc": inc,
         }
         self.fh.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.fh.flush()

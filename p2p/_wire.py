@@ -40,8 +40,8 @@ sees them):
 
 =======  ====================================================  ==============================
 DET      ``[4, detector message]``                             ``vcube.decode_detector``: a
-                                                               Probe or Reply, uint64 fields,
-                                                               <= max_detector_entries
+                                                               Probe, Reply or Push, uint64
+                                                               fields, <= max_detector_entries
 LEAVE    ``[5, incarnation: ctr]``                             the sender leaves gracefully
 =======  ====================================================  ==============================
 
@@ -87,7 +87,7 @@ from topics import (
     Uns,
     ViewEntry,
 )
-from vcube import Probe, RemoteDetectorError, Reply, decode_detector
+from vcube import Probe, Push, RemoteDetectorError, Reply, decode_detector
 from vcube import encode_detector as _detector_tree
 
 __all__ = [
@@ -169,7 +169,7 @@ class WireLimits:
     """Largest discovery record, in bytes (``p2p._secure.MAX_DISCOVERY_SIZE``)."""
 
     max_detector_entries: int = 4096
-    """Most entries in one failure-detector reply (``vcube.DetectorConfig.max_entries``)."""
+    """Most entries in one failure-detector reply or push (``vcube.DetectorConfig.max_entries``)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -414,7 +414,7 @@ class Leave:
     incarnation: int
 
 
-Control = Probe | Reply | Leave
+Control = Probe | Reply | Push | Leave
 """Runtime-level packets that travel with the core's but never reach it."""
 
 

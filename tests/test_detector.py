@@ -34,6 +34,7 @@ from vcube import (
     Joined,
     Left,
     Probe,
+    Push,
     RemoteDetectorError,
     Reply,
     Restarted,
@@ -43,10 +44,12 @@ from vcube import (
     VCubeError,
     cluster,
     decode_detector,
+    depth_and_degree,
     encode_detector,
 )
 from vcube._detsim import (
     Delays,
+    DetectorNet,
     cbor_size,
     message_size,
     nonempty_clusters,
@@ -214,7 +217,7 @@ def test_heard_corrects_a_suspected_node() -> None:
     dets = network([10, 11])
     a = dets[10]
     suspect_by_timeout(dets, 10, 11)
-    assert a.heard(11, 1.5) == [Corrected(11, 1)]
+    assert events(a.heard(11, 1.5)) == [Corrected(11, 1)]
     assert a.correct() == {10, 11}
 
 
@@ -240,7 +243,7 @@ def test_restart_supersedes_the_old_incarnation() -> None:
     pump(dets, 2, c.tick(3.0), 3.0, drop={1})
     assert c.entry(1) == (2, 0)
     # discovery can also announce it
-    assert a.join(1, 3, 4.0) == [Restarted(1, 2, 3)]
+    assert events(a.join(1, 3, 4.0)) == [Restarted(1, 2, 3)]
     assert a.join(1, 3, 4.0) == []
 
 
@@ -264,7 +267,7 @@ def test_node_learns_it_was_suspected_and_refutes() -> None:
     assert isinstance(answer[0].msg, Reply)
     assert Entry(1, 1, 2) in answer[0].msg.entries
     # the driver restarts the upper layers as a new incarnation
-    assert b.reincarnate(2, 1.0) == []
+    assert events(b.reincarnate(2, 1.0)) == []
     assert b.incarnation == 2
     assert b.entry(1) == (2, 0)
     with pytest.raises(DetectorError):
@@ -303,6 +306,16 @@ def test_join_and_leave() -> None:
     assert a.entry(3) is None
     with pytest.raises(DetectorError):
         a.join(0, 2, 0.0)
+    # a suspected node that leaves, a restart of a suspected node: the sorted
+    # copy of the correct set follows
+    a.join(6, 1, 0.0)
+    a.receive(5, Reply(round=0, incarnation=1, version=2, entries=(Entry(6, 1, 1),)), 0.0)
+    assert a.suspected() == {6}
+    a.leave(6, 1, 0.0)
+    a.join(7, 1, 0.0)
+    a.receive(5, Reply(round=0, incarnation=1, version=3, entries=(Entry(7, 1, 1),)), 0.0)
+    a.join(7, 2, 0.0)
+    assert a._correct == sorted(a.correct()) == [0, 5, 7]
 
 
 # --------------------------------------------------------------------------- #
@@ -356,6 +369,10 @@ BAD_MESSAGES: list[tuple[int, object]] = [
     (1, Reply(round=1, incarnation=1, version=0, entries=(Entry(2, 1, 1), Entry(2, 1, 3)))),
     (1, Reply(round=1, incarnation=1, version=0, entries=(Entry(2, 1, 1),) * 5)),
     (1, Reply(round=1, incarnation=1, version=0, entries=((2, 1, 1),))),  # type: ignore[arg-type]
+    (1, Push(incarnation=1, version=-1)),
+    (1, Push(incarnation=1, version=0, entries=(Entry(2, 1, 1),) * 5)),
+    (1, Push(incarnation=1, version=0, entries=(Entry(2, 1, 1), Entry(2, 1, 3)))),
+    (1, Push(incarnation=1, version=0, entries=[Entry(2, 1, 1)])),  # type: ignore[arg-type]
     (0, GOOD_PROBE),  # from myself
     (-1, GOOD_PROBE),
 ]
@@ -390,6 +407,11 @@ def test_bad_input_is_rejected_without_state_change(sender: int, msg: object) ->
         [1, 1, 1, 0, [1, 2]],
         [1, 1, 1, 0, [1, 2, 3] * 5],
         [1, 1, 1, 0, "abc"],
+        [2, 1, 0],
+        [2, 1, 0, [1, 2]],
+        [2, 1, 0, [1, 2, 3] * 5],
+        [2, 1, 0, [1, 2, 3], 4],
+        [2, 1, -1, []],
         {"kind": 0},
     ],
 )
@@ -413,6 +435,7 @@ def test_errors_derive_from_vcube_error() -> None:
         {"max_entries": 0},
         {"max_entries": 2.0},
         {"attempts": 0},
+        {"push": 1},
     ],
 )
 def test_config_is_validated(kwargs: dict[str, object]) -> None:
@@ -447,11 +470,17 @@ MESSAGES = st.one_of(
         version=UINT,
         entries=st.lists(ENTRY, max_size=6, unique_by=lambda e: e.node).map(tuple),
     ),
+    st.builds(
+        Push,
+        incarnation=UINT,
+        version=UINT,
+        entries=st.lists(ENTRY, max_size=6, unique_by=lambda e: e.node).map(tuple),
+    ),
 )
 
 
 @given(MESSAGES)
-def test_wire_round_trip_and_size(msg: Probe | Reply) -> None:
+def test_wire_round_trip_and_size(msg: Probe | Reply | Push) -> None:
     wire = encode_detector(msg)
     assert decode_detector(wire) == msg
     assert cbor_size(wire) == len(cbor2.dumps(wire)) == message_size(msg)
@@ -499,6 +528,7 @@ def test_entries_only_grow_and_changes_bump_the_version(seed: int, steps: int) -
         after = {j: det.entry(j) for j in ids}
         assert all(after[j] >= before[j] for j in ids)  # type: ignore[operator]
         assert (after != before) == (det.version > version)
+        assert det._correct == sorted(det.correct())  # the sorted copy kept in step
 
 
 # --------------------------------------------------------------------------- #
@@ -578,3 +608,270 @@ def test_data_traffic_replaces_probes_when_nothing_changes() -> None:
     steady = sum(net.record.probes[r] for r in range(2, 6))
     assert steady <= 0.02 * 4 * nonempty_clusters(ids)
     assert net.knows_all([ids[0]])
+
+
+# --------------------------------------------------------------------------- #
+# Pushes down the broadcast tree, expiry at deadlines, the transport's hint    #
+# --------------------------------------------------------------------------- #
+
+
+def pushes(outs: list[DetectorOutput]) -> list[SendDetector]:
+    """The pushes in ``outs``."""
+    return [o for o in outs if isinstance(o, SendDetector) and isinstance(o.msg, Push)]
+
+
+def test_suspicion_is_pushed_down_the_broadcast_tree_once_to_every_node() -> None:
+    dets = network(range(8))
+    for i in range(8):  # everyone syncs once, so only the push can carry news
+        pump(dets, i, dets[i].tick(0.0), 0.0, drop=set())
+    a = dets[0]
+    outs = a.tick(1.0)
+    pump(dets, 0, outs, 1.0, drop={7})  # 7 is probed by nobody here: probe it by hand
+    outs = a.probe_now(7, 1.1)
+    assert probes(outs) == [7]
+    sent = {i: d.stats.pushes for i, d in dets.items()}
+    outs = a.expire(1.6)
+    assert events(outs) == [Suspected(7, 1)]
+    # the root sends to its first correct node of each cluster: 1, 2 and 4
+    assert sorted(o.dest for o in pushes(outs)) == [1, 2, 4]
+    seen = pump(dets, 0, outs, 1.6, drop={7})
+    assert all(Suspected(7, 1) in seen[i] for i in range(1, 7))
+    assert all(dets[i].suspected() == {7} for i in range(7))
+    # one message per node reached: 6 edges of the tree over the 7 correct nodes
+    assert sum(d.stats.pushes - sent[i] for i, d in dets.items()) == 6
+    # node 4 received it at level 3 and forwarded within c(4, 1), c(4, 2): to 5 and 6
+    assert dets[4].stats.pushes - sent[4] == 2
+
+
+def test_push_is_merged_like_a_reply_and_only_newer_entries_count() -> None:
+    a = Detector(0, 1)
+    for j in (1, 2, 3):
+        a.join(j, 1, 0.0)
+    push = Push(incarnation=1, version=9, entries=(Entry(2, 1, 1), Entry(5, 1, 1)))
+    outs = a.receive(1, push, 0.5)
+    assert events(outs) == [Suspected(2, 1)]
+    assert a.entry(5) is None  # not a member: membership is the driver's
+    # forwarded below CLUSTER(0, 1) = 1: nowhere (no cluster below level 1)
+    assert pushes(outs) == []
+    before = state(a)
+    assert events(a.receive(3, push, 0.6)) == []  # a duplicate changes nothing
+    after = state(a)
+    assert after != before  # (only the sign of life of node 3 was recorded)
+    assert a.entry(2) == (1, 1)
+
+
+def test_push_off_disseminates_by_pulls_only() -> None:
+    cfg = DetectorConfig(push=False)
+    a = Detector(10, 1, config=cfg)
+    a.join(11, 1, 0.0)
+    a.join(12, 1, 0.0)
+    a.tick(0.0)
+    a.receive(12, Reply(round=1, incarnation=1, version=1), 0.1)
+    outs = a.tick(1.0)
+    assert Suspected(11, 1) in outs
+    assert pushes(outs) == []
+    assert pushes(a.receive(12, Push(incarnation=1, version=2, entries=()), 2.1)) == []
+
+
+def test_own_findings_are_pushed_merged_ones_are_not() -> None:
+    a = Detector(0, 1)
+    a.join(1, 1, 0.0)
+    a.join(2, 1, 0.0)
+    # merged from a reply: no push of our own
+    outs = a.receive(1, Reply(round=0, incarnation=1, version=1, entries=(Entry(2, 1, 1),)), 0.1)
+    assert pushes(outs) == []
+    # a correction we make (2 is heard from): pushed
+    outs = a.heard(2, 0.2)
+    assert events(outs) == [Corrected(2, 1)]
+    assert {o.dest for o in pushes(outs)} == {1, 2}
+    assert all(o.msg.entries == (Entry(2, 1, 2),) for o in pushes(outs))  # type: ignore[union-attr]
+    # a refutation (we read our own suspicion): pushed; a restart we learn: pushed
+    outs = a.receive(1, Reply(round=0, incarnation=1, version=2, entries=(Entry(0, 1, 1),)), 0.3)
+    assert Entry(0, 1, 2) in pushes(outs)[0].msg.entries  # type: ignore[union-attr]
+    outs = a.join(1, 2, 0.4)
+    assert Entry(1, 2, 0) in pushes(outs)[0].msg.entries  # type: ignore[union-attr]
+
+
+def test_expiry_at_the_deadline_keeps_attempts_and_timeout() -> None:
+    """Each attempt waits exactly ``timeout``; the suspicion needs them all."""
+    a = Detector(10, 1, config=DetectorConfig(timeout=0.3, attempts=3))
+    a.join(11, 1, 0.0)
+    assert a.deadline() is None
+    assert probes(a.tick(0.0)) == [11]
+    assert a.deadline() == pytest.approx(0.3)
+    assert a.expire(0.29) == []
+    for k in (1, 2):
+        retry = a.expire(0.3 * k)
+        assert probes(retry) == [11]
+        assert events(retry) == []
+        assert a.deadline() == pytest.approx(0.3 * (k + 1))
+    assert events(a.expire(0.9)) == [Suspected(11, 1)]
+    assert a.deadline() is None
+
+
+def test_traffic_reported_when_the_probe_leaves_does_not_answer_it() -> None:
+    """A frame reported at the probe's own send time arrived before it (the
+    runtime reports what it heard, then probes): it is no answer."""
+    a = Detector(10, 1)
+    a.join(11, 1, 0.0)
+    a.tick(0.0)
+    a.heard(11, 0.2)  # answers the probe of 0.0
+    a.heard(11, 1.0)  # reported at 1.0, then the tick of 1.0 probes (no version seen)
+    assert probes(a.tick(1.0)) == [11]
+    assert events(a.expire(1.5)) == [Suspected(11, 1)]
+
+
+def test_transport_hint_probes_at_once_and_only_a_timeout_suspects() -> None:
+    dets = network([10, 11, 12])
+    a = dets[10]
+    pump(dets, 10, a.tick(0.0), 0.0, drop=set())
+    # the hint between two ticks: a probe leaves now
+    outs = a.probe_now(11, 0.4)
+    assert probes(outs) == [11]
+    assert a.probe_now(11, 0.41) == []  # an unanswered probe is out: it counts
+    assert a.deadline() == pytest.approx(0.9)
+    # the peer answers: no suspicion, nothing pending
+    pump(dets, 10, outs, 0.42, drop=set())
+    assert a.deadline() is None
+    assert events(a.expire(0.9)) == []
+    # a peer that answers with traffic only (no reply): no suspicion either
+    outs = a.probe_now(12, 1.2)
+    assert probes(outs) == [12]
+    a.heard(12, 1.3)
+    assert probes(a.probe_now(12, 1.4)) == [12]  # the answered probe is replaced
+    a.heard(12, 1.5)
+    assert events(a.expire(1.9)) == []
+    assert a.suspected() == frozenset()
+    # a silent peer: suspected at the probe's deadline, not at the hint
+    outs = a.probe_now(11, 2.2)
+    assert events(outs) == []
+    assert events(a.expire(2.7)) == [Suspected(11, 1)]
+    # no probe for a suspected, unknown or own id
+    assert a.probe_now(11, 2.8) == []
+    assert a.probe_now(99, 2.8) == []
+    assert a.probe_now(10, 2.8) == []
+    with pytest.raises(DetectorError):
+        a.probe_now(-1, 2.8)
+
+
+def tree_depth(ids: Iterable[int]) -> int:
+    """Deepest VCube broadcast tree over ``ids``, over every root."""
+    cube = Hypercube(ids)
+    return max(depth_and_degree(cube.tree(r), r)[0] for r in cube)
+
+
+@given(
+    n=st.integers(2, 64),
+    seed=st.integers(0, 2**32 - 1),
+    width=st.sampled_from([0, 1, 8, 64]),
+    delay_permille=st.integers(1, 240),
+    attempts=st.integers(1, 2),
+    hint=st.booleans(),
+)
+def test_pushed_crash_reaches_every_node_within_one_tree_walk(
+    n: int, seed: int, width: int, delay_permille: int, attempts: int, hint: bool
+) -> None:
+    """One crash, no loss, one-way delays in ``[0, delta]``: every correct node
+    suspects it within ``2 + (delta + attempts * timeout + depth * delta) / interval``
+    rounds, ``depth`` the deepest broadcast tree of the live nodes: the first
+    unanswered probe leaves within two rounds of the crashed node's last
+    message (which arrives ``delta`` after the crash), expires after
+    ``attempts`` timeouts, and the push walks the origin's tree.  With the
+    transport's hint ``h`` after the crash (modelled after the crashed node's
+    last message arrived, as a connection's end follows what was sent on it):
+    ``h + attempts * timeout`` plus the walk.  Against the pull-only bound
+    ``B + 1 + attempts + delta (2B + 1)`` (``B = ceil(log2 N)^2``): for one
+    attempt and ``delta = 0.1``, about 3 rounds instead of 12.9 (N = 8) or 45.3
+    (N = 64)."""
+    bits = {0: (n - 1).bit_length(), 1: (n - 1).bit_length() + 1}.get(width, width)
+    bits = max(bits, (n - 1).bit_length())
+    rng = random.Random(seed)
+    ids = sparse_ids(rng, n, bits)
+    dead = [rng.choice(ids)]
+    delta = delay_permille / 1000
+    note(f"replay: n={n} seed={seed} width={width} delta={delta} hint={hint}")
+    cfg = DetectorConfig(attempts=attempts)
+    h = delta + 0.01
+    out, net = run_crash(
+        ids, dead, rng, config=cfg, delays=Delays(low=0.0, high=delta), hint=h if hint else None
+    )
+    depth = tree_depth([i for i in ids if i not in dead]) if n > 2 else 0
+    first = h if hint else 2 + delta
+    bound = first + attempts * cfg.timeout + depth * delta
+    assert out.complete
+    assert max(out.latencies) <= bound + 1e-6
+    net.run_until(net.now + 3 * net.config.interval)
+    assert net.record.false_suspicions == []
+
+
+@given(
+    n=st.integers(3, 48),
+    seed=st.integers(0, 2**32 - 1),
+    crash_pick=st.integers(0, 2**16),
+    loss_percent=st.sampled_from([30, 70, 100]),
+)
+def test_lost_pushes_still_converge_by_pulls(
+    n: int, seed: int, crash_pick: int, loss_percent: int
+) -> None:
+    """Pushes lost at random (all of them at 100 %): pulls still deliver every
+    suspicion within the pull-only bound, and nobody correct is suspected."""
+    rng = random.Random(seed)
+    ids = sparse_ids(rng, n)
+    dead = rng.sample(ids, 1 + crash_pick % (n - 1))
+    note(f"replay: n={n} seed={seed} crash_pick={crash_pick} loss={loss_percent}")
+    delta = 0.01
+    out, net = run_crash(
+        ids, dead, rng, delays=Delays(low=0.0, high=delta), push_loss=loss_percent / 100
+    )
+    bound = math.ceil(math.log2(n)) ** 2
+    assert out.complete
+    assert max(out.latencies) <= bound + 2 + delta * (2 * bound + 1)
+    assert net.record.false_suspicions == []
+
+
+def test_pushes_are_much_faster_than_pulls_alone() -> None:
+    """The same crash with every push lost takes rounds per tree level; with
+    pushes, the tree walk takes milliseconds (a test that fails without them)."""
+    ids = sparse_ids(random.Random(3), 128)
+    worst = {}
+    for loss in (0.0, 1.0):
+        out, _ = run_crash(ids, [ids[5]], random.Random(3), delays=Delays(), push_loss=loss)
+        assert out.complete
+        worst[loss] = max(out.latencies) - min(out.latencies)
+    assert worst[0.0] < 0.1  # every node within 0.1 round of the first suspicion
+    assert worst[1.0] > 2  # pulls: several rounds up the trees
+
+
+@given(
+    n=st.integers(2, 32),
+    seed=st.integers(0, 2**32 - 1),
+    spike_permille=st.integers(500, 990),
+)
+def test_no_false_suspicion_if_round_trips_stay_below_attempts_timeouts(
+    n: int, seed: int, spike_permille: int
+) -> None:
+    """Accuracy with ``attempts = 2`` under delay spikes: one-way delays up to
+    ``0.99 timeout``, so a round trip can exceed one timeout but not two.  A
+    late answer to the first attempt arrives within the second attempt, and
+    any message answers it: no correct node is suspected, pushes or not."""
+    rng = random.Random(seed)
+    ids = sparse_ids(rng, n)
+    cfg = DetectorConfig(attempts=2)
+    spike = cfg.timeout * spike_permille / 1000
+    delays = Delays(low=0.0, high=0.01, spike_prob=0.2, spike=spike)
+    net = DetectorNet(ids, rng, config=cfg, delays=delays)
+    net.run_until(20 * cfg.interval)
+    assert net.record.false_suspicions == []
+    assert net.record.self_suspicions == 0
+
+
+def test_the_spike_scenario_does_suspect_with_a_single_attempt() -> None:
+    """The scenario above is a real test: with one attempt, spikes above the
+    timeout do make false suspicions."""
+    rng = random.Random(1)
+    ids = sparse_ids(rng, 16)
+    cfg = DetectorConfig(attempts=1)
+    delays = Delays(low=0.0, high=0.01, spike_prob=0.2, spike=0.99 * cfg.timeout)
+    net = DetectorNet(ids, rng, config=cfg, delays=delays)
+    net.run_until(20 * cfg.interval)
+    assert net.record.false_suspicions != []

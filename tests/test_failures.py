@@ -194,19 +194,104 @@ def test_the_checker_catches_a_lost_publication_of_a_correct_publisher() -> None
     assert [v.kind for v in found] == ["liveness"]
 
 
+# ------------------------------------------------ cases the property test found
+
+# Each failed before its fix (the ``verify`` profile found them); see docs/failures.md.
+HI, HI2 = 11_400_714_819_323_198_485, 11_400_714_819_323_198_741
+FOUND: dict[str, tuple[list[int], Script, float, float]] = {
+    # A subscription confirmed late skips a crashed source's publication that a
+    # later one depends on: the later one must still wait for its causal past.
+    "skipped-past": (
+        [604, 860, 362, 46956, 76318, 281848, 140599, 9689657, 748500, 426841, 364, 3457],
+        [(0.0, "SUB", 426841, "t0"), (0.0, "SUB", 748500, "t0"), (0.0, "SUB", 46956, "t0"),
+         (0.0, "SUB", 76318, "t0"), (0.0, "SUB", 604, "t0"), (0.5, "PUB", 426841, "t0"),
+         (0.9, "SUB", 364, "t0"), (1.0, "SUB", 9689657, "t0"), (12.2, "SUB", 140599, "t0"),
+         (18.5, "SUB", 860, "t0"), (64.0, "UNS", 426841, "t0"), (100.0, "SUB", 426841, "t0"),
+         (448.9, "PUB", 46956, "t0"), (466.7, "SUB", 281848, "t0"), (500.0, "CRASH", 281848, ""),
+         (1011.4, "PUB", 76318, "t0"), (1280.4, "PUB", 604, "t0"), (1519.3, "PUB", 860, "t0"),
+         (1713.3, "PUB", 604, "t0"), (1717.3, "PUB", 860, "t0"), (2534.2, "PUB", 140599, "t0"),
+         (3284.3, "CRASH", 76318, ""), (4425.4, "PUB", 364, "t0"),
+         (4592.7, "CRASH", 140599, ""), (5267.8, "PUB", 748500, "t0"),
+         (5999.0, "UNS", 604, "t0")],
+        3000.0, 3000.0,
+    ),
+    # One publication held twice for one child (a crashed source's last round
+    # relayed again): releasing one hold raised KeyError in the core.
+    "held-twice": (
+        [362, 604, 860, 46956, 76318, 140599, 281848, 426841, 748500, 9689657, 0, 3457],
+        [(0.0, "SUB", 362, "t0"), (0.0, "SUB", 46956, "t0"), (0.0, "SUB", 76318, "t0"),
+         (0.0, "SUB", 9689657, "t0"), (0.0, "PUB", 9689657, "t0"), (0.0, "SUB", 748500, "t0"),
+         (0.9, "SUB", 0, "t0"), (1.0, "SUB", 426841, "t0"), (12.2, "SUB", 281848, "t0"),
+         (18.5, "SUB", 604, "t0"), (448.9, "PUB", 46956, "t0"), (466.7, "SUB", 3457, "t0"),
+         (500.0, "CRASH", 3457, ""), (1011.4, "PUB", 76318, "t0"), (1200.8, "CRASH", 140599, ""),
+         (1280.4, "PUB", 362, "t0"), (1519.3, "PUB", 604, "t0"), (1717.3, "UNS", 9689657, "t0"),
+         (2534.2, "PUB", 281848, "t0"), (3281.2, "UNS", 362, "t0"), (3620.2, "SUB", 362, "t0"),
+         (4425.4, "PUB", 0, "t0"), (4592.7, "CRASH", 281848, ""), (5267.8, "CRASH", 76318, ""),
+         (5999.0, "UNS", 362, "t0")],
+        3000.0, 3000.0,
+    ),
+    # The same, the second hold lost when holds were flushed at a crash: a
+    # repair round then waited forever for the child it never reached.
+    "flushed-hold": (
+        [256, 512, 768, 14080, 76288, 32768, 281088, 0, 655360,
+         HI2, HI, 3328],
+        [(0.0, "SUB", HI2, "t0"), (0.0, "SUB", 14080, "t0"), (0.0, "SUB", 281088, "t0"),
+         (0.0, "SUB", 256, "t0"), (0.0, "SUB", 655360, "t0"), (0.0, "UNS", 14080, "t0"),
+         (0.0, "SUB", 76288, "t0"), (0.0, "UNS", 256, "t0"), (1.0, "SUB", 768, "t0"),
+         (1.0, "SUB", 0, "t0"), (2.0, "SUB", 512, "t0"), (137.0, "SUB", HI, "t0"),
+         (212.0, "SUB", 256, "t0"), (463.0, "SUB", 3328, "t0"), (465.0, "CRASH", 3328, ""),
+         (519.0, "PUB", 256, "t0"), (520.0, "UNS", 256, "t0"), (582.0, "CRASH", 768, ""),
+         (583.0, "PUB", 76288, "t0"), (583.0, "SUB", 256, "t0"), (583.0, "UNS", 256, "t0"),
+         (583.0, "SUB", 256, "t0"), (1067.0, "PUB", 281088, "t0"),
+         (4499.0, "CRASH", 281088, ""), (4966.0, "CRASH", 76288, "")],
+        3000.0, 3000.0,
+    ),
+    # Two nodes restart at once: the simulator put the restarted node's first
+    # SUB into a frame still queued to the other's dead incarnation (lost).
+    "restart-frame": (
+        [0, HI, 1, 4_354_685_564_936_845_354],
+        [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0"), (0.0, "CRASH", HI, ""),
+         (0.0, "SUB", 1, "t0"), (0.0, "CRASH", 1, ""), (0.0, "RECOVER", HI, ""),
+         (0.0, "RECOVER", 1, ""), (1.0, "SUB", 1, "t0")],
+        200.0, 100.0,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(FOUND))
+def test_cases_the_property_test_found(case: str) -> None:
+    ids, script, delay, jitter = FOUND[case]
+    link = LinkTable(default=40.0, special={}, jitter=30.0) if case != "restart-frame" else None
+    seed = 0 if link is None else 3841
+    sim = Simulation(ids, seed=seed, link_delay=link, detect_delay=delay, detect_jitter=jitter)
+    if link is not None:
+        link.index.update(sim.index)
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    run_checked(sim)
+
+
+def test_a_restarted_node_knows_who_came_back_before_it() -> None:
+    """Fuzz seed 47: a node restarted after others came back must treat their
+    older incarnations as crashed at once (its detector says so), or it waits
+    forever for an op of a dead incarnation."""
+    from bench.failure_fuzz import run_one
+
+    assert run_one(47, recover=True)["broke"] == []
+
+
 # ------------------------------------------------------------------ property
 
 
 @st.composite
-def failure_scripts(draw: st.DrawFn, ids: list[int], topics: list[str]) -> Script:
-    """A timed script of SUB/UNS/PUB and CRASH, legal at every step
-    (:func:`p2p.sim.legal_script`): a node that is up crashes on roll 9 while
-    fewer than half the nodes are down, so trees keep some shape; a crashed
-    node stays down.  RECOVER is left out: random crash-and-recover
-    interleavings still break guarantees (``bench/failure_fuzz.py``,
-    docs/failures.md)."""
+def failure_scripts(draw: st.DrawFn, ids: list[int], topics: list[str], *, recover: bool) -> Script:
+    """A timed script of SUB/UNS/PUB, CRASH and (with ``recover``) RECOVER, legal
+    at every step (:func:`p2p.sim.legal_script`): a node that is up crashes on
+    roll 9 while fewer than half the nodes are down, so trees keep some shape;
+    a crashed node stays down, or with ``recover`` comes back as a new
+    incarnation at its next step."""
     steps = draw(raw_steps(ids, topics, horizon=6000, rolls=9))
-    return legal_script(steps, crash_roll=9, max_down=len(ids) // 2)
+    return legal_script(steps, crash_roll=9, max_down=len(ids) // 2, recover=recover)
 
 
 SPIKES = st.sampled_from([0.0, 0.0, 3000.0])
@@ -221,12 +306,13 @@ crashed node arrive after everyone heard of the crash."""
     ntopics=st.integers(1, 2),
     detect=st.sampled_from([(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]),
 )
-def test_guarantees_hold_under_crashes(
+def test_guarantees_hold_under_crashes_and_recoveries(
     data: st.DataObject, seed: int, ntopics: int, detect: tuple[float, float]
 ) -> None:
     ids = data.draw(populations(3, 16), label="ids")
     topics = [f"t{k}" for k in range(ntopics)]
-    script = data.draw(failure_scripts(ids, topics), label="script")
+    recover = data.draw(st.booleans(), label="recover")
+    script = data.draw(failure_scripts(ids, topics, recover=recover), label="script")
     delay: LinkTable | None = None
     if data.draw(st.booleans(), label="per-link delays"):
         delay = data.draw(link_delays(len(ids)), label="delays")
@@ -238,7 +324,7 @@ def test_guarantees_hold_under_crashes(
     )
     if delay is not None:
         delay.index.update(sim.index)
-    note(f"crashes: {[s for s in script if s[1] == 'CRASH']}")
+    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
     for time, action, node, topic in script:
         sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
     run_checked(sim)

@@ -964,7 +964,7 @@ class Honest:
     got: dict[int, list[Delivery]] = field(default_factory=dict)
 
     def hook(self, i: int) -> TraceHook:
-        def record(event: str, topic: str, source: int | None, seq: int | None) -> None:
+        def record(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
             src = None if source is None else self.index.get(source, -1)
             self.trace.append(TraceEvent(trio.current_time(), i, event, topic, src, seq))
 
@@ -1035,7 +1035,7 @@ async def _intruders(target: Node, stranger: Path, fleet: Fleet) -> dict[str, ob
     outcome: dict[str, object] = {}
     read: list[tuple[str, int | None]] = []
 
-    def hook(event: str, topic: str, source: int | None, seq: int | None) -> None:
+    def hook(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
         if event == "deliver" and source != identity.node_id:
             read.append((topic, source))
 

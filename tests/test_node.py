@@ -77,7 +77,7 @@ def test_three_nodes_discover_subscribe_and_deliver_in_causal_order(
     index: dict[int, int] = {}
 
     def hook(i: int) -> TraceHook:
-        def record(event: str, topic: str, source: int | None, seq: int | None) -> None:
+        def record(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
             src = index[source] if source is not None else None
             trace.append(TraceEvent(trio.current_time(), i, event, topic, src, seq))
 

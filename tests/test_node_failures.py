@@ -65,8 +65,8 @@ class Cluster:
         self.trace: list[TraceEvent] = []
         self.index: dict[int, int] = {}
 
-    def _hook(self, i: int) -> Callable[[str, str, int | None, int | None], None]:
-        def record(event: str, topic: str, source: int | None, seq: int | None) -> None:
+    def _hook(self, i: int) -> Callable[[str, str, int | None, int | None, int], None]:
+        def record(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
             src = self.index[source] if source is not None else None
             self.trace.append(TraceEvent(trio.current_time(), i, event, topic, src, seq))
 
@@ -341,3 +341,72 @@ def test_detector_settings_are_validated() -> None:
     with pytest.raises(NodeError):
         NodeConfig(detector_attempts=0)
     assert dataclasses.replace(NodeConfig(), detector=False).detector is False
+
+
+def _slow_rounds(seed_port: int | None, timeout: float, attempts: int) -> NodeConfig:
+    """Detector rounds 30 s apart: only a hint can make a probe leave in between."""
+    return dataclasses.replace(
+        _config(seed_port),
+        detector_interval=30.0,
+        detector_timeout=timeout,
+        detector_attempts=attempts,
+    )
+
+
+def test_broken_connection_makes_survivors_probe_at_once(tmp_path: Path) -> None:
+    """The transport's hint: with 30 s detector rounds, a killed node is still
+    suspected within seconds, because a peer whose connection to it broke (and
+    cannot be re-dialled) probes it at once; the suspicion itself takes two
+    unanswered probes of 0.3 s, and is pushed to the nodes with no link to it.
+    Without the hint, nobody would probe before the next round, 30 s away."""
+    idents = _fleet(tmp_path, 4)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            c = Cluster(nursery, idents)
+            first = await c.start(0, _slow_rounds(None, 0.3, 2))
+            for i in range(1, 4):
+                await c.start(i, _slow_rounds(first.port, 0.3, 2))
+            await _until(lambda: all(len(x.members()) == 4 for x in c.alive()), 20, "membership")
+            with trio.fail_after(20):  # SUB rounds open links along every tree
+                for node in c.alive():
+                    await node.subscribe("t")
+            victim = c.nodes[3].id
+            c.kill(3)
+            took = await _until(
+                lambda: all(victim not in n.members() for n in c.alive()), 5, "suspicion"
+            )
+            assert took >= 0.6 - 0.05  # two probes of 0.3 s, no shortcut
+            for node in c.alive():
+                assert node.stats["suspicions"] == 1
+                assert node.stats["reincarnations"] == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_hint_about_a_live_peer_probes_it_and_suspects_nothing(tmp_path: Path) -> None:
+    """A hint is only a probe: it leaves at once, the live peer answers it,
+    and nobody is suspected."""
+    idents = _fleet(tmp_path, 3)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            c = Cluster(nursery, idents)
+            first = await c.start(0, _slow_rounds(None, 0.2, 1))
+            for i in range(1, 3):
+                await c.start(i, _slow_rounds(first.port, 0.2, 1))
+            a, b, _ = c.alive()
+            await _until(lambda: all(len(x.members()) == 3 for x in c.alive()), 20, "membership")
+            assert a.detector is not None
+            probes = a.detector.stats.probes
+            a._unreachable(b.id)
+            assert a.detector.stats.probes == probes + 1  # at once, not at the next round
+            await _until(lambda: a.detector.deadline() is None, 2, "the answer")  # type: ignore[union-attr]
+            await trio.sleep(0.5)
+            assert a.members() == {x.id for x in c.alive()}
+            assert a.stats["suspicions"] == 0
+            assert a.detector.stats.timeouts == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -20,12 +20,12 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from _netns import Lan, alive, leftovers, namespaces, netns_pids, sigterm_raises, unavailable
+from _netns import Lan, alive, leftovers, namespaces, netns_pids, unavailable
 
 from p2p.sim import TraceEvent, check_trace, format_violations
 
@@ -93,26 +93,6 @@ class NodeRun:
     trace: Path = Path()
     stderr: Path = Path()
     returncode: int | None = None
-
-
-# ------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture
-def lan() -> Iterator[Lan]:
-    """A LAN of NODES namespaces; torn down (and checked gone) even if the test fails."""
-    reason = unavailable()
-    if reason is not None:
-        pytest.fail(reason)
-    net = Lan(NODES)
-    with sigterm_raises():
-        try:
-            net.build()
-            yield net
-        finally:
-            net.close()
-    left = leftovers(net.suffix)
-    assert not left, f"teardown left {left}"
 
 
 # --------------------------------------------------------------- fleet (CLI)

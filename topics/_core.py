@@ -83,6 +83,9 @@ DEAD_BOUND = (1 << 63) - 1
 """The :class:`Bound` a SUB ACK gives for a crashed source: every publication of
 it predates the subscription (the largest counter the wire carries)."""
 
+SKIPPED_PAST = 4096
+"""Skipped publications whose causal past a subscription remembers (oldest forgotten)."""
+
 PresetView = tuple[dict[int, ViewEntry], tuple[int, ...]]
 
 
@@ -161,12 +164,14 @@ QueueItem = PubMessage | ViewEntry | _Relay | _Announce
 class _Held:
     """A round's packet for ``child`` held back until ``blockers`` have been sent to it."""
 
-    __slots__ = ("blockers", "child", "packet")
+    __slots__ = ("blockers", "child", "order", "packet")
 
-    def __init__(self, child: int, packet: PubRound, blockers: set[MsgId]) -> None:
+    def __init__(self, child: int, packet: PubRound, blockers: set[MsgId], order: int) -> None:
         self.child = child
         self.packet = packet
         self.blockers = blockers
+        self.order = order
+        """Creation order: held packets for one child leave in this order."""
 
 
 @dataclass(slots=True)
@@ -202,6 +207,10 @@ class _Topic:
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
+    # Publications skipped here (predating the subscription, or of a source that
+    # gave no bound) -> what they waited for: a publication after one of them
+    # waits for that instead (see VCubePS._live_deps).  At most SKIPPED_PAST.
+    skipped_past: dict[Dep, tuple[Dep, ...]] = field(default_factory=dict)
 
     def subscribers(self) -> tuple[int, ...]:
         """The subscribers in the view, sorted (cached until the view changes)."""
@@ -370,6 +379,7 @@ class VCubePS:
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
         state.syncing = set()
+        state.skipped_past = {}
         return self._enqueue(state, op, now)
 
     def unsubscribe(self, topic: str, now: float) -> list[Output]:
@@ -755,7 +765,7 @@ class VCubePS:
                 ready.setdefault(child, []).append(pkt)
                 continue
             assert isinstance(pkt, PubRound)
-            held = _Held(child, pkt, blockers)
+            held = _Held(child, pkt, blockers, self.holds)
             by_id = state.held.setdefault(child, {})
             for mid in ids:
                 by_id[mid] = held
@@ -803,18 +813,28 @@ class VCubePS:
                 if held.blockers:
                     continue
                 ready.setdefault(child, []).append(held.packet)
-                by_id = state.held[child]
+                # A publication can be held twice for one child (a crashed
+                # source's last round relayed again): forget only this hold.
+                by_id = state.held.get(child, {})
                 for m in held.packet.messages:
-                    del by_id[m.id]
+                    if by_id.get(m.id) is held:
+                        del by_id[m.id]
                     work.append(m.id)
                 if not by_id:
-                    del state.held[child]
+                    state.held.pop(child, None)
 
     def _flush_held(self, state: _Topic) -> list[Output]:
         """Send everything held on ``state`` at once (this node stops relaying knowledge)."""
+        holds: dict[int, dict[int, _Held]] = {}
+        for by_id in state.held.values():  # a hold superseded in by_id still waits
+            for h in by_id.values():
+                holds.setdefault(h.child, {})[h.order] = h
+        for waiting in state.waiting.values():
+            for h in waiting:
+                holds.setdefault(h.child, {})[h.order] = h
         out: list[Output] = []
-        for child, by_id in state.held.items():
-            pkts = list({id(h): h.packet for h in by_id.values()}.values())
+        for child, by_order in holds.items():
+            pkts = [by_order[k].packet for k in sorted(by_order)]
             out.append(Send(child, pkts[0] if len(pkts) == 1 else Bundle(tuple(pkts))))
         state.held, state.waiting = {}, {}
         return out
@@ -1176,6 +1196,9 @@ class VCubePS:
         for entry in state.view.values():
             out.extend(self._op_learned(state, entry))
         early, state.early = state.early, []
+        for msg in early:  # first, so that what depends on them, in any order, waits
+            if self._skipped(state, msg):
+                self._remember_skipped(state, msg)
         for msg in early:
             out.extend(self._consider(state, msg))
         return out
@@ -1220,6 +1243,7 @@ class VCubePS:
     def _consider(self, state: _Topic, msg: PubMessage) -> list[Output]:
         """Deliver ``msg`` now, hold it back, or skip it as older than the subscription."""
         if self._skipped(state, msg):
+            self._remember_skipped(state, msg)
             return []  # not post-subscription: never delivered here, never waited for
         out: list[Output] = []
         src, inc = msg.id.source, msg.id.incarnation
@@ -1258,11 +1282,30 @@ class VCubePS:
 
     def _live_deps(self, state: _Topic, msg: PubMessage) -> list[Dep]:
         """:func:`_deps` without what can never come: ops of crashed nodes (never
-        learned, nor needed) and publications of retired streams (see :meth:`_confirm`)."""
+        learned, nor needed) and publications of retired streams (see :meth:`_confirm`).
+
+        A skipped publication counts as delivered, so what depends on it would
+        not wait for its causal past, part of which may well be delivered here
+        (published after this subscription, or by a source that gave a bound):
+        so a dependency on a skipped publication seen here brings in what that
+        one waited for (:meth:`_remember_skipped`), keeping causal order
+        through it.
+        """
         deps = _deps(msg)
-        if self._dead or self.incarnation:
+        if state.skipped_past:
+            past = state.skipped_past
+            deps.extend(d for dep in list(deps) for d in past.get(dep, ()))
+        if self._dead or self.incarnation or state.retired:  # else nothing can be gone
             deps = [d for d in deps if not self._gone(state, d)]
         return deps
+
+    def _remember_skipped(self, state: _Topic, msg: PubMessage) -> None:
+        """Note what skipped ``msg`` waited for (transitively through earlier skipped
+        ones), for :meth:`_live_deps`; the oldest note goes beyond SKIPPED_PAST."""
+        past = state.skipped_past
+        past[(msg.id.source, msg.id.incarnation, msg.id.seq)] = tuple(self._live_deps(state, msg))
+        if len(past) > SKIPPED_PAST:
+            del past[next(iter(past))]
 
     def _gone(self, state: _Topic, dep: Dep) -> bool:
         """Whether ``dep`` names something that will never come (see :meth:`_live_deps`).

@@ -50,8 +50,33 @@ A check costs nothing when the node was heard from since the previous tick
 (any message, or data traffic reported with :meth:`Detector.heard`), except
 that a pull target must also show a state version no newer than the one ``i``
 already has.  Otherwise ``i`` sends a :class:`Probe`; if no message from the
-node arrives within ``timeout`` (checked at ticks), ``i`` suspects it and, in the
-same tick, moves on to the next correct node of that cluster.
+node arrives within ``timeout`` (strictly after the probe left), ``i`` probes
+again, up to ``attempts`` probes in a row, then suspects it and moves on to
+the next correct node of that cluster.  Probes expire at ticks, or exactly at
+their deadline when the driver calls :meth:`Detector.expire` at
+:meth:`Detector.deadline` (the runtime and ``vcube._detsim`` do).
+
+Pushes: eager dissemination
+---------------------------
+Pulls alone carry a change up every node's tree one round per hop.  So every
+change a node makes *itself* (a suspicion on timeout, a correction on hearing
+from a suspected node, a restart it learns first-hand, its own refutation or
+new incarnation) is also sent at once as a :class:`Push` to its first correct
+node of every cluster, and a node receiving a push from ``j`` merges it and
+forwards it to its first correct node of every cluster below
+``CLUSTER(self, j)``: the VCube hierarchical broadcast over the origin's tree,
+``N - 1`` messages per change when views agree.  Entries learnt from a message
+are not pushed again (a change causes one wave per node that made it, not one
+per node that learnt it).  Entries are monotone facts merged by max, so a push
+that is late, duplicated, lost or routed by a stale view does no harm: pulls
+still deliver every change, within the pull-only bound.
+
+The transport's hint
+--------------------
+:meth:`Detector.probe_now` lets the driver probe a node at once when its
+connection broke and re-dialling failed (what a crashed process's peers see),
+instead of waiting for a check.  It is only a probe: the suspicion still
+takes ``attempts`` unanswered probes of ``timeout`` each.
 
 Which entries a tester takes
 ----------------------------
@@ -84,24 +109,36 @@ Bytes, with the CBOR arrays of :func:`encode_detector` (uint ``x`` costs 1 byte 
 24, 2 below 256, 3 below 65536, 5 below 2^32, else 9; node ids are 64-bit, so
 9 bytes): a probe ``[0, round, incarnation, version, target, since]`` is 8 to
 ~16 bytes, an empty reply ``[1, round, incarnation, version, []]`` 6 to ~13
-bytes, and each entry adds ``node, incarnation, counter``, ~11 bytes.  When
-nothing changes and links are idle, each checked pair costs about one probe
-and one empty reply per round; when data covers a link in both directions it
-costs only the piggybacked version (1 to 3 bytes per data frame).
+bytes, a push ``[2, incarnation, version, [...]]`` 5 to ~12 bytes, and each
+entry adds ``node, incarnation, counter``, ~11 bytes.  When nothing changes
+and links are idle, each checked pair costs about one probe and one empty
+reply per round; when data covers a link in both directions it costs only the
+piggybacked version (1 to 3 bytes per data frame).  Each change costs one push
+wave, ``N - 1`` pushes of ~25 bytes, plus the pulls that would carry it anyway.
 
 Guarantees (no message loss)
 ----------------------------
-* **Accuracy**: a node is suspected only when a probe to it got no message at
-  all from it within ``timeout``; if round trips stay below ``timeout``, no
-  correct node is ever suspected.
+* **Accuracy**: a node is suspected only when ``attempts`` probes in a row to
+  it each got no message at all from it within ``timeout`` of leaving (a
+  message counts for a probe only if it arrived strictly after the probe
+  left); if round trips stay below ``timeout``, no correct node is ever
+  suspected, and with ``attempts = a`` not while they stay below
+  ``a * timeout`` either (a late answer to one attempt answers the next).
+  Pushes and hints change when probes leave and how fast suspicions spread,
+  never what makes one.
 * **Completeness**: a crashed node stops sending, so whoever checks it probes
-  it at the latest one round after its last message arrived and suspects it
-  one round later (probes expire at ticks, ``timeout <= interval``); the
-  suspicion then travels up every node's spanning tree one pull (one round
-  plus a round trip) per hop.  ``tests/test_detector.py`` asserts the
-  published bound ``B = ceil(log2 N)^2`` plus these two rounds plus the delays
-  (``delta (2B + 1)`` for one-way delays up to ``delta`` rounds), plus one
-  round per extra ``attempts``.
+  it at the latest at its second tick after the crashed node's last message
+  arrived (at once on the transport's hint) and suspects it ``attempts``
+  timeouts later with expiry at deadlines (``attempts`` rounds with expiry at
+  ticks, ``timeout <= interval``).  The suspicion is then pushed down its
+  tree: with one crash and agreeing views, every correct node knows it one
+  tree walk (depth times the one-way delay) later.  ``tests/test_detector.py``
+  asserts ``2 + (delta + attempts * timeout + depth * delta) / interval``
+  rounds for one-way delays up to ``delta``.  Without pushes (lost, or
+  several crashes at once breaking the trees) the suspicion travels up every
+  node's spanning tree one pull (one round plus a round trip) per hop, and the
+  tests assert the published bound ``B = ceil(log2 N)^2`` plus two rounds plus
+  the delays (``delta (2B + 1)``), plus one round per extra ``attempts``.
 * **Self-suspicion**: a node that reads an entry about itself with its own
   incarnation and a higher counter was suspected: it emits
   :class:`SelfSuspected` (the library treats a suspected incarnation as crashed,
@@ -113,11 +150,11 @@ Guarantees (no message loss)
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 
 from vcube._errors import DetectorError, RemoteDetectorError
-from vcube._topology import MAX_ID, cluster, partition_sorted
+from vcube._topology import ID_BITS, MAX_ID, cluster, partition_sorted
 
 _EPS = 1e-9
 """Tolerance on ``age >= timeout``: ticks computed as ``phase + k * interval``
@@ -134,14 +171,18 @@ class DetectorConfig:
     expired at ticks, so an effective timeout is rounded up to a tick.
     ``max_entries`` bounds the entries of one reply, sent and accepted.
     ``attempts`` is how many probes in a row must go unanswered before a
-    suspicion: each further attempt costs one round of detection latency and
-    makes a delay spike on one exchange harmless.
+    suspicion (the next attempt leaves when the previous one expires): each
+    further attempt costs one ``timeout`` of detection latency and makes a
+    delay spike on one exchange harmless.  ``push``: send every change this
+    node makes itself down its VCube broadcast tree at once (:class:`Push`),
+    and forward the pushes it receives; ``False`` leaves dissemination to pulls.
     """
 
     interval: float = 1.0
     timeout: float = 0.5
     max_entries: int = 4096
     attempts: int = 1
+    push: bool = True
 
     def __post_init__(self) -> None:
         for name in ("interval", "timeout"):
@@ -154,6 +195,8 @@ class DetectorConfig:
             value = getattr(self, name)
             if not _is_uint(value) or value < 1:
                 raise DetectorError(f"{name} must be an integer >= 1, got {value!r}")
+        if type(self.push) is not bool:
+            raise DetectorError(f"push must be a bool, got {self.push!r}")
 
 
 # ----------------------------------------------------------------- messages --
@@ -195,7 +238,22 @@ class Reply:
     entries: tuple[Entry, ...] = ()
 
 
-DetectorMessage = Probe | Reply
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Push:
+    """Entries sent unasked down a VCube broadcast tree: the sender's
+    ``incarnation`` and current ``version`` (not a sync point: a push holds
+    only the entries that changed), and the changed ``entries``.
+
+    The receiver merges them like a reply's and forwards them to its first
+    correct node of every cluster below ``CLUSTER(receiver, sender)``.
+    """
+
+    incarnation: int
+    version: int
+    entries: tuple[Entry, ...] = ()
+
+
+DetectorMessage = Probe | Reply | Push
 
 
 # ------------------------------------------------------------------ outputs --
@@ -270,7 +328,9 @@ class DetectorStats:
 
     ``checks`` counts liveness checks (one per monitored node per tick, whether
     traffic answered it or a probe was needed); ``probes`` the checks that sent
-    a :class:`Probe`; ``timeouts`` the suspicions this node raised itself.
+    a :class:`Probe`; ``timeouts`` the suspicions this node raised itself;
+    ``pushes`` the :class:`Push` messages sent (its own and forwarded ones;
+    their entries count in ``entries_sent``).
     """
 
     rounds: int
@@ -280,22 +340,26 @@ class DetectorStats:
     entries_sent: int
     entries_received: int
     timeouts: int
+    pushes: int
 
 
-_ROUNDS, _CHECKS, _PROBES, _REPLIES, _SENT, _RECEIVED, _TIMEOUTS = range(7)
+_ROUNDS, _CHECKS, _PROBES, _REPLIES, _SENT, _RECEIVED, _TIMEOUTS, _PUSHES = range(8)
 """Indices of the counters behind :class:`DetectorStats`, in its field order."""
 
 # -------------------------------------------------------------- wire format --
 
-_PROBE, _REPLY = 0, 1
+_PROBE, _REPLY, _PUSH = 0, 1, 2
 
 
 def encode_detector(msg: DetectorMessage) -> list[object]:
     """The CBOR-ready form of ``msg``: ``[0, round, incarnation, version, target,
-    since]`` or ``[1, round, incarnation, version, [node, inc, counter, ...]]``."""
+    since]``, ``[1, round, incarnation, version, [node, inc, counter, ...]]`` or
+    ``[2, incarnation, version, [node, inc, counter, ...]]``."""
     if isinstance(msg, Probe):
         return [_PROBE, msg.round, msg.incarnation, msg.version, msg.target, msg.since]
     flat = [x for e in msg.entries for x in (e.node, e.incarnation, e.counter)]
+    if isinstance(msg, Push):
+        return [_PUSH, msg.incarnation, msg.version, flat]
     return [_REPLY, msg.round, msg.incarnation, msg.version, flat]
 
 
@@ -316,6 +380,9 @@ def decode_detector(obj: object, *, max_entries: int = 4096) -> DetectorMessage:
     elif kind == _REPLY and len(fields) == 4:
         r, inc, ver, flat = fields
         msg = Reply(round=r, incarnation=inc, version=ver, entries=_entries_of(flat, max_entries))
+    elif kind == _PUSH and len(fields) == 3:
+        inc, ver, flat = fields
+        msg = Push(incarnation=inc, version=ver, entries=_entries_of(flat, max_entries))
     else:
         raise RemoteDetectorError(f"unknown detector message kind or arity: {kind!r}")
     _check_message(msg, max_entries)
@@ -325,9 +392,9 @@ def decode_detector(obj: object, *, max_entries: int = 4096) -> DetectorMessage:
 def _entries_of(flat: object, max_entries: int) -> tuple[Entry, ...]:
     """Entries from a flat ``[node, inc, counter, ...]`` array (checked by the caller)."""
     if not isinstance(flat, list | tuple) or len(flat) % 3:
-        raise RemoteDetectorError("reply entries must be a flat array of triples")
+        raise RemoteDetectorError("entries must be a flat array of triples")
     if len(flat) // 3 > max_entries:
-        raise RemoteDetectorError(f"reply holds {len(flat) // 3} entries, limit {max_entries}")
+        raise RemoteDetectorError(f"message holds {len(flat) // 3} entries, limit {max_entries}")
     return tuple(Entry(flat[k], flat[k + 1], flat[k + 2]) for k in range(0, len(flat), 3))
 
 
@@ -338,7 +405,7 @@ def _is_uint(x: object) -> bool:
 
 def _check_message(msg: object, max_entries: int) -> None:
     """Raise :class:`RemoteDetectorError` unless ``msg`` is a well-formed
-    :class:`Probe` or :class:`Reply` within ``max_entries``.  Reads only."""
+    :class:`Probe`, :class:`Reply` or :class:`Push` within ``max_entries``.  Reads only."""
     if isinstance(msg, Probe):
         fields: tuple[object, ...] = (
             msg.round,
@@ -350,6 +417,9 @@ def _check_message(msg: object, max_entries: int) -> None:
     elif isinstance(msg, Reply):
         fields = (msg.round, msg.incarnation, msg.version)
         _check_entries(msg.entries, max_entries)
+    elif isinstance(msg, Push):
+        fields = (msg.incarnation, msg.version)
+        _check_entries(msg.entries, max_entries)
     else:
         raise RemoteDetectorError(f"unknown detector message kind {type(msg).__name__}")
     if not all(_is_uint(f) for f in fields):
@@ -360,17 +430,17 @@ def _check_entries(entries: object, max_entries: int) -> None:
     """Entries must be a tuple of at most ``max_entries`` :class:`Entry`, uint64
     fields, each node at most once."""
     if not isinstance(entries, tuple):
-        raise RemoteDetectorError("reply entries must be a tuple")
+        raise RemoteDetectorError("entries must be a tuple")
     if len(entries) > max_entries:
-        raise RemoteDetectorError(f"reply holds {len(entries)} entries, limit {max_entries}")
+        raise RemoteDetectorError(f"message holds {len(entries)} entries, limit {max_entries}")
     nodes: set[object] = set()
     ok = _is_uint
     for e in entries:
         if type(e) is not Entry or not (ok(e.node) and ok(e.incarnation) and ok(e.counter)):
-            raise RemoteDetectorError(f"bad reply entry {e!r}")
+            raise RemoteDetectorError(f"bad entry {e!r}")
         nodes.add(e.node)
     if len(nodes) != len(entries):
-        raise RemoteDetectorError("reply lists a node twice")
+        raise RemoteDetectorError("entries list a node twice")
 
 
 # ----------------------------------------------------------------- detector --
@@ -414,11 +484,15 @@ class Detector:
     Invariants between calls: every entry only moved to newer ones; every
     local entry change is stamped with a fresh ``version``; a node has at most
     one unanswered probe; the cached view matches the current believed-correct
-    set.  Nothing reads a clock or global randomness: every call takes ``now``.
+    set, and ``_correct`` lists that set sorted; every change this node made
+    itself (not merged from a message) has been pushed (``config.push``) by
+    the call that made it.  Nothing reads a clock or global randomness: every
+    call takes ``now``.
     """
 
     __slots__ = (
         "_cfg",
+        "_correct",
         "_entries",
         "_epoch",
         "_heard",
@@ -426,8 +500,10 @@ class Detector:
         "_last_tick",
         "_log",
         "_me",
+        "_news",
         "_pending",
         "_previous",
+        "_pulls",
         "_round",
         "_stamp",
         "_stats",
@@ -441,6 +517,8 @@ class Detector:
         self._me = me
         self._cfg = config or DetectorConfig()
         self._entries: dict[int, tuple[int, int]] = {me: (incarnation, 0)}
+        self._correct: list[int] = [me]
+        """The believed-correct nodes, this one included, sorted (kept with ``_entries``)."""
         self._stamp: dict[int, int] = {}
         self._log: list[tuple[int, int]] = []
         self._version = 0
@@ -452,8 +530,10 @@ class Detector:
         self._heard_at: dict[int, float] = {}
         self._last_tick = -math.inf
         self._view: _View | None = None
+        self._pulls: tuple[int, ...] | None = None
         self._previous: frozenset[int] = frozenset()
-        self._stats = [0] * (_TIMEOUTS + 1)
+        self._stats = [0] * (_PUSHES + 1)
+        self._news: list[int] = []
 
     def __repr__(self) -> str:
         return (
@@ -521,12 +601,14 @@ class Detector:
         known = self._entries.get(node)
         if known is None:
             self._entries[node] = (incarnation, 0)
-            self._view = None
+            insort(self._correct, node)
+            self._invalidate_view()
             self._reset_sync()
             return [Joined(node, incarnation)]
         out: list[DetectorOutput] = []
         if incarnation > known[0]:
-            self._set(node, (incarnation, 0), out)
+            self._set(node, (incarnation, 0), out, news=True)
+        self._push_news(out)
         return out
 
     def leave(self, node: int, incarnation: int, now: float) -> list[DetectorOutput]:
@@ -542,7 +624,9 @@ class Detector:
         del self._entries[node]
         for table in (self._stamp, self._pending, self._sync, self._heard, self._heard_at):
             table.pop(node, None)
-        self._view = None
+        if not known[1] & 1:
+            del self._correct[bisect_left(self._correct, node)]
+        self._invalidate_view()
         return [Left(node, incarnation)]
 
     def reincarnate(self, incarnation: int, now: float) -> list[DetectorOutput]:
@@ -553,17 +637,20 @@ class Detector:
             raise DetectorError(f"new incarnation {incarnation} <= {self.incarnation}")
         self._entries[self._me] = (incarnation, 0)
         self._bump(self._me)
-        return []
+        self._news.append(self._me)
+        out: list[DetectorOutput] = []
+        self._push_news(out)
+        return out
 
     # ------------------------------------------------------------- rounds --
 
     def tick(self, now: float) -> list[DetectorOutput]:
         """Start one testing round; the driver calls it every ``interval``.
 
-        First expires probes older than ``timeout`` (suspicions), then checks
-        every monitored node of the updated view: a probe unless it was heard
-        from since the previous tick (and, for a pull target, showed no newer
-        version) or a probe to it is still pending.
+        First expires probes older than ``timeout`` (as :meth:`expire`), then
+        checks every monitored node of the updated view: a probe unless it was
+        heard from since the previous tick (and, for a pull target, showed no
+        newer version) or a probe to it is still pending.
         """
         if now < self._last_tick:
             raise DetectorError(f"time went backwards: {now} < {self._last_tick}")
@@ -578,7 +665,49 @@ class Detector:
         self._heard.clear()
         self._previous = frozenset(view.monitored)
         self._last_tick = now
+        self._push_news(out)
         return out
+
+    def deadline(self) -> float | None:
+        """When the oldest unanswered probe expires (``None``: no probe pending).
+
+        A driver that calls :meth:`expire` then (rather than waiting for the
+        next tick) suspects after exactly ``timeout`` per attempt.
+        """
+        if not self._pending:
+            return None
+        return min(p.sent for p in self._pending.values()) + self._cfg.timeout
+
+    def expire(self, now: float) -> list[DetectorOutput]:
+        """Expire the probes sent ``timeout`` or more before ``now``.
+
+        For each, unless its target was heard from after it left (strictly
+        later: what arrived by then was reported before the probe left) or
+        changed incarnation meanwhile: probe again if attempts remain, else
+        suspect the target (and push the suspicion).
+        """
+        out = self._expire(now)
+        self._push_news(out)
+        return out
+
+    def probe_now(self, node: int, now: float) -> list[DetectorOutput]:
+        """A hint from the transport (the connection to ``node`` broke and could
+        not be re-established): probe ``node`` now instead of at the next tick.
+
+        Only a probe: the suspicion still needs ``attempts`` unanswered probes
+        of ``timeout`` each, and any message from ``node`` arriving after a
+        probe left answers it (and spends the hint).  A no-op for an unknown or
+        suspected node, or while an unanswered probe to it is pending (it
+        already counts); a pending probe that was answered is replaced.
+        """
+        _check_local(node, 0)
+        known = self._entries.get(node)
+        if node == self._me or known is None or known[1] & 1:
+            return []
+        p = self._pending.get(node)
+        if p is not None and self._heard_at.get(node, -math.inf) <= p.sent:
+            return []
+        return [self._probe(node, now)]
 
     def heard(self, node: int, now: float, *, version: int | None = None) -> list[DetectorOutput]:
         """Traffic from ``node``'s known incarnation arrived (``version``: its
@@ -589,6 +718,7 @@ class Detector:
         out: list[DetectorOutput] = []
         if node in self._entries and node != self._me:
             self._alive(node, version, now, out)
+        self._push_news(out)
         return out
 
     def receive(self, sender: int, msg: DetectorMessage, now: float) -> list[DetectorOutput]:
@@ -597,7 +727,8 @@ class Detector:
         Raises :class:`RemoteDetectorError`, with no state change, on a malformed
         message.  A message from an older incarnation than the known one is
         ignored; one from a newer incarnation is a restart.  A probe is answered
-        with the entries stamped after its ``since``; a reply's entries are merged.
+        with the entries stamped after its ``since``; a reply's entries are
+        merged; a push's entries are merged and forwarded down the tree.
         """
         if not _is_uint(sender) or sender == self._me:
             raise RemoteDetectorError(f"bad detector sender {sender!r}")
@@ -608,12 +739,15 @@ class Detector:
             if msg.incarnation < known[0]:
                 return out
             if msg.incarnation > known[0]:
-                self._set(sender, (msg.incarnation, 0), out)
+                self._set(sender, (msg.incarnation, 0), out, news=True)
             self._alive(sender, _shown_version(msg, self._cfg.max_entries), now, out)
         if isinstance(msg, Probe):
             out.append(SendDetector(sender, self._answer(msg)))
+        elif isinstance(msg, Push):
+            self._forward(sender, msg, out)
         else:
             self._take(sender, msg, out)
+        self._push_news(out)
         return out
 
     # ----------------------------------------------------------- internals --
@@ -622,14 +756,26 @@ class Detector:
         """The cached view, recomputed after any change of the correct set."""
         if self._view is None:
             me = self._me
-            correct = sorted(n for n, (_, c) in self._entries.items() if not c & 1)
-            pulls = [child for child, _ in partition_sorted(me, correct)]
+            pulls = self._current_pulls()
             nonempty = 0
             for child in pulls:
                 nonempty |= 1 << (cluster(me, child) - 1)
-            chosen = {j for j in correct if j != me and _designated(me, j, nonempty)}
+            chosen = {j for j in self._correct if j != me and _designated(me, j, nonempty)}
             self._view = _View(frozenset(pulls), tuple(sorted(chosen.union(pulls))))
         return self._view
+
+    def _current_pulls(self) -> tuple[int, ...]:
+        """``FIRSTCHILD(me, s)`` of every non-empty cluster, by ``s``: the pull
+        targets, and the children of this node in every broadcast tree it roots.
+        Cached like the view, but cheaper: a push needs no designated nodes."""
+        if self._pulls is None:
+            self._pulls = tuple(child for child, _ in partition_sorted(self._me, self._correct))
+        return self._pulls
+
+    def _invalidate_view(self) -> None:
+        """The believed-correct set changed: recompute the view when next needed."""
+        self._view = None
+        self._pulls = None
 
     def _needs_probe(self, node: int, view: _View) -> bool:
         """No probe while one is pending, or if ``node`` was heard from since the
@@ -669,7 +815,7 @@ class Detector:
     def _expire(self, now: float) -> list[DetectorOutput]:
         """Drop probes older than ``timeout``; suspect their targets (or, before
         the last attempt, probe them again) unless they were heard from after
-        the probe left or changed incarnation meanwhile."""
+        the probe left or changed incarnation meanwhile.  Pushes nothing."""
         out: list[DetectorOutput] = []
         limit = self._cfg.timeout - _EPS
         for node, p in list(self._pending.items()):
@@ -677,13 +823,13 @@ class Detector:
                 continue
             del self._pending[node]
             inc, counter = self._entries[node]
-            if inc != p.target or counter & 1 or self._heard_at.get(node, -math.inf) >= p.sent:
+            if inc != p.target or counter & 1 or self._heard_at.get(node, -math.inf) > p.sent:
                 continue
             if p.attempt < self._cfg.attempts:
                 out.append(self._probe(node, now, p.attempt + 1))
             else:
                 self._stats[_TIMEOUTS] += 1
-                self._set(node, (inc, counter + 1), out)
+                self._set(node, (inc, counter + 1), out, news=True)
         return out
 
     def _alive(self, node: int, version: int | None, now: float, out: list[DetectorOutput]) -> None:
@@ -693,7 +839,7 @@ class Detector:
         self._heard_at[node] = now
         inc, counter = self._entries[node]
         if counter & 1:
-            self._set(node, (inc, counter + 1), out)
+            self._set(node, (inc, counter + 1), out, news=True)
 
     def _answer(self, probe: Probe) -> Reply:
         """The entries stamped after ``probe.since`` (all stamped ones if the
@@ -729,6 +875,48 @@ class Detector:
         for e in reply.entries:
             self._merge(e, out)
 
+    def _forward(self, sender: int, push: Push, out: list[DetectorOutput]) -> None:
+        """Merge a push, then pass it on to our first correct node of every
+        cluster below ``CLUSTER(me, sender)`` (the VCube broadcast: those
+        clusters split the cluster of ``sender`` holding us, so the tree rooted
+        at the origin reaches every node once when views agree).  What goes on
+        is our entry for each node, newer than or equal to the one received."""
+        self._stats[_RECEIVED] += len(push.entries)
+        for e in push.entries:
+            self._merge(e, out)
+        if not self._cfg.push:
+            return
+        entries = self._entries
+        onward = tuple(
+            e if e.node not in entries else Entry(e.node, *entries[e.node]) for e in push.entries
+        )
+        self._send_push(onward, cluster(self._me, sender), out)
+
+    def _push_news(self, out: list[DetectorOutput]) -> None:
+        """Push the entries this node changed itself since the last push to its
+        first correct node of every cluster (the root of a VCube broadcast)."""
+        if not self._news:
+            return
+        news, self._news = dict.fromkeys(self._news), []
+        if not self._cfg.push:
+            return
+        entries = [Entry(n, *self._entries[n]) for n in news if n in self._entries]
+        step = self._cfg.max_entries
+        for k in range(0, len(entries), step):
+            self._send_push(tuple(entries[k : k + step]), ID_BITS + 1, out)
+
+    def _send_push(self, entries: tuple[Entry, ...], below: int, out: list[DetectorOutput]) -> None:
+        """One :class:`Push` of ``entries`` to each pull target in a cluster below ``below``."""
+        if not entries:
+            return
+        me = self._me
+        msg = Push(incarnation=self.incarnation, version=self._version, entries=entries)
+        for child in self._current_pulls():
+            if cluster(me, child) < below:
+                out.append(SendDetector(child, msg))
+                self._stats[_PUSHES] += 1
+                self._stats[_SENT] += len(entries)
+
     def _merge(self, e: Entry, out: list[DetectorOutput]) -> None:
         """Adopt ``e`` if it is about a known node and newer than ours."""
         if e.node == self._me:
@@ -748,14 +936,25 @@ class Detector:
             out.append(SelfSuspected(e.incarnation, e.counter))
             self._entries[self._me] = (inc, e.counter + (e.counter & 1))
             self._bump(self._me)
+            self._news.append(self._me)
 
-    def _set(self, node: int, new: tuple[int, int], out: list[DetectorOutput]) -> None:
-        """Replace ``node``'s entry by the newer ``new``, stamp it, report the change."""
+    def _set(
+        self, node: int, new: tuple[int, int], out: list[DetectorOutput], *, news: bool = False
+    ) -> None:
+        """Replace ``node``'s entry by the newer ``new``, stamp it, report the
+        change; ``news``: this node's own finding (not merged), to be pushed."""
         old = self._entries[node]
         self._entries[node] = new
         self._bump(node)
+        if news:
+            self._news.append(node)
+        if new[1] & 1 != old[1] & 1:
+            if new[1] & 1:
+                del self._correct[bisect_left(self._correct, node)]
+            else:
+                insort(self._correct, node)
         if new[1] & 1 != old[1] & 1 or new[0] != old[0]:
-            self._view = None
+            self._invalidate_view()
         if new[0] != old[0]:
             self._pending.pop(node, None)
             self._sync.pop(node, None)
@@ -784,7 +983,8 @@ class Detector:
 
 def _shown_version(msg: DetectorMessage, max_entries: int) -> int | None:
     """The sender's state version a message proves, if it proves one: a full
-    reply may be a partial one, whose version is not the sender's latest."""
+    reply may be a partial one, whose version is not the sender's latest (a
+    probe's or a push's version is the sender's current one)."""
     if isinstance(msg, Reply) and len(msg.entries) >= max_entries:
         return None
     return msg.version

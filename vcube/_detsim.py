@@ -7,12 +7,18 @@ run is a pure function of its arguments and replays from its seed.
 
 Node ``i`` ticks at ``phase_i + k * interval`` (``phase_i`` uniform in
 ``[0, interval)``), so its ``k``-th tick lies in round ``k``, the time interval
-``[k * interval, (k + 1) * interval)``.  Every message takes an independent
-one-way delay from :class:`Delays`.  A crashed node stops ticking and drops
-what it receives; what it sent before still arrives.  With ``data=True`` every
-node also sends one data frame per round to each node it monitors, carrying
-its detector version (the piggyback of :meth:`Detector.heard`), which models
-application traffic covering every link the detector uses.
+``[k * interval, (k + 1) * interval)``, and, like the runtime, calls
+:meth:`Detector.expire` at :meth:`Detector.deadline` (``deadline_expiry=False``:
+probes expire only at ticks).  Every message takes an independent one-way
+delay from :class:`Delays`; a :class:`~vcube._detector.Push` is lost with
+probability ``push_loss`` (nothing else is ever lost).  A crashed node stops
+ticking and drops what it receives; what it sent before still arrives.  With
+``data=True`` every node also sends one data frame per round to each node it
+monitors, carrying its detector version (the piggyback of
+:meth:`Detector.heard`), which models application traffic covering every link
+the detector uses.  With ``hint=h``, ``h`` after a crash every live node that
+has a link to the crashed one (it monitors it, or is monitored by it) gets the
+transport's hint, :meth:`Detector.probe_now` (the runtime's broken connection).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from vcube._detector import (
     DetectorConfig,
     DetectorOutput,
     Probe,
+    Push,
     Reply,
     SelfSuspected,
     SendDetector,
@@ -37,7 +44,7 @@ from vcube._detector import (
 )
 from vcube._topology import ID_BITS, partition_sorted
 
-_TICK, _MSG, _DATA, _CRASH = 0, 1, 2, 3
+_TICK, _MSG, _DATA, _CRASH, _EXPIRE, _HINT = 0, 1, 2, 3, 4, 5
 
 
 class Rng(Protocol):
@@ -66,13 +73,15 @@ def cbor_size(obj: object) -> int:
     raise TypeError(f"cannot size {obj!r}")
 
 
-def message_size(msg: Probe | Reply) -> int:
+def message_size(msg: Probe | Reply | Push) -> int:
     """``cbor_size(encode_detector(msg))``, without building the arrays."""
     h = _head
     if isinstance(msg, Probe):
         return 2 + h(msg.round) + h(msg.incarnation) + h(msg.version) + h(msg.target) + h(msg.since)
     body = sum(h(e.node) + h(e.incarnation) + h(e.counter) for e in msg.entries)
-    fixed = 2 + h(msg.round) + h(msg.incarnation) + h(msg.version)
+    fixed = 2 + h(msg.incarnation) + h(msg.version)
+    if isinstance(msg, Reply):
+        fixed += h(msg.round)
     return fixed + h(3 * len(msg.entries)) + body
 
 
@@ -118,7 +127,7 @@ class Record:
     checks: Counter[int] = field(default_factory=Counter)
     """Round -> liveness checks made in the ticks of that round."""
     messages: Counter[tuple[str, int]] = field(default_factory=Counter)
-    """``(kind, round)`` -> messages sent; kinds ``probe``, ``reply``, ``data``."""
+    """``(kind, round)`` -> messages sent; kinds ``probe``, ``reply``, ``push``, ``data``."""
     bytes: Counter[tuple[str, int]] = field(default_factory=Counter)
     """``(kind, round)`` -> detector bytes sent (for ``data``: the piggybacked version)."""
 
@@ -134,11 +143,19 @@ class DetectorNet:
         config: DetectorConfig | None = None,
         delays: Delays | None = None,
         data: bool = False,
+        push_loss: float = 0.0,
+        deadline_expiry: bool = True,
+        hint: float | None = None,
     ) -> None:
         self.config = config or DetectorConfig()
         self.delays = delays or Delays()
         self.rng = rng
         self.data = data
+        self.push_loss = push_loss
+        self.deadline_expiry = deadline_expiry
+        self.hint = hint
+        self._expiry: dict[int, float] = {}
+        """Node -> time of its next scheduled expiry event."""
         self.now = 0.0
         self.crashed: dict[int, float] = {}
         self.record = Record()
@@ -162,6 +179,13 @@ class DetectorNet:
         for node in nodes:
             self._push(at, _CRASH, node, 0, None)
 
+    def _hint(self, dead: int) -> None:
+        """The transport's hint about ``dead`` to every live node linked to it."""
+        linked = set(self.detectors[dead].monitored())
+        for i, det in self.detectors.items():
+            if i not in self.crashed and (i in linked or dead in det.monitored()):
+                self._handle(i, det.probe_now(dead, self.now))
+
     def run_until(self, t_end: float) -> None:
         """Process every event up to and including time ``t_end``."""
         while self._heap and self._heap[0][0] <= t_end:
@@ -169,6 +193,10 @@ class DetectorNet:
             self.now = t
             if kind == _CRASH:
                 self.crashed.setdefault(a, t)
+                if self.hint is not None:
+                    self._push(t + self.hint, _HINT, a, 0, None)
+            elif kind == _HINT:
+                self._hint(a)
             elif a in self.crashed:
                 continue
             elif kind == _TICK:
@@ -176,6 +204,10 @@ class DetectorNet:
                 self._tick(a, b, payload)
             elif kind == _MSG:
                 self._deliver(a, b, payload)
+            elif kind == _EXPIRE:
+                if self._expiry.get(a) == t:
+                    del self._expiry[a]
+                self._handle(a, self.detectors[a].expire(t))
             else:
                 assert isinstance(payload, int)
                 self._handle(a, self.detectors[a].heard(b, t, version=payload))
@@ -200,7 +232,7 @@ class DetectorNet:
         self._push(self.now + self.delays.sample(self.rng), _DATA, dest, src, version)
 
     def _deliver(self, dest: int, sender: int, msg: object) -> None:
-        assert isinstance(msg, Probe | Reply)
+        assert isinstance(msg, Probe | Reply | Push)
         self._handle(dest, self.detectors[dest].receive(sender, msg, self.now))
 
     def _handle(self, node: int, outs: list[DetectorOutput], k: int | None = None) -> None:
@@ -214,15 +246,32 @@ class DetectorNet:
                 self.record.corrections += 1
             elif isinstance(out, SelfSuspected):
                 self.record.self_suspicions += 1
+        if self.deadline_expiry:
+            self._schedule_expiry(node)
+
+    def _schedule_expiry(self, node: int) -> None:
+        """An expiry event at ``node``'s detector deadline, unless one is due by then."""
+        due = self.detectors[node].deadline()
+        if due is None:
+            return
+        due = max(due, self.now)
+        scheduled = self._expiry.get(node)
+        if scheduled is None or due < scheduled:
+            self._expiry[node] = due
+            self._push(due, _EXPIRE, node, 0, None)
 
     def _send(self, src: int, out: SendDetector, k: int | None) -> None:
-        kind = "probe" if isinstance(out.msg, Probe) else "reply"
+        msg = out.msg
+        kind = "probe" if isinstance(msg, Probe) else "push" if isinstance(msg, Push) else "reply"
         rnd = self._round()
         if kind == "probe" and k is not None:
             self.record.probes[k] += 1
         self.record.messages[kind, rnd] += 1
-        self.record.bytes[kind, rnd] += message_size(out.msg)
-        self._push(self.now + self.delays.sample(self.rng), _MSG, out.dest, src, out.msg)
+        self.record.bytes[kind, rnd] += message_size(msg)
+        delay = self.delays.sample(self.rng)
+        if kind == "push" and self.push_loss and self.rng.random() < self.push_loss:
+            return
+        self._push(self.now + delay, _MSG, out.dest, src, msg)
 
     def _suspected(self, observer: int, out: Suspected) -> None:
         if out.node in self.crashed:
@@ -267,10 +316,23 @@ def run_crash(
     data: bool = False,
     warmup: int = 4,
     horizon: int = 200,
+    push_loss: float = 0.0,
+    deadline_expiry: bool = True,
+    hint: float | None = None,
 ) -> tuple[CrashOutcome, DetectorNet]:
     """Run ``warmup`` rounds, crash ``crashed`` at once, then run until every
-    correct node suspects every crashed one (or ``horizon`` rounds pass)."""
-    net = DetectorNet(ids, rng, config=config, delays=delays, data=data)
+    correct node suspects every crashed one (or ``horizon`` rounds pass).
+    The other arguments are :class:`DetectorNet`'s."""
+    net = DetectorNet(
+        ids,
+        rng,
+        config=config,
+        delays=delays,
+        data=data,
+        push_loss=push_loss,
+        deadline_expiry=deadline_expiry,
+        hint=hint,
+    )
     interval = net.config.interval
     dead = tuple(sorted(set(crashed)))
     t_crash = warmup * interval

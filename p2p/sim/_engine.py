@@ -296,6 +296,10 @@ class Simulation:
             self.down.add(node)
         else:
             self._restart(node)
+        # A frame queued to or from the old incarnation is lost with it: later
+        # parts must not ride in it (see _ship).
+        for link in [k for k in self._last_frame if node in k]:
+            del self._last_frame[link]
         self.recorder.failure(self.now, node, crash)
         inc = self.incarnation[node]
         for other in self.ids:
@@ -310,10 +314,16 @@ class Simulation:
         core = cast(VCubePS, self._make(node, self.config, inc))
         core.first_seq(old.next_seq)
         self.nodes[node] = core
+        # What a restarted node's detector tells it at once: who is down, and the
+        # current incarnation of who came back (so their older lives are dead).
+        back = [n for n in self.ids if n != node and n not in self.down and self.incarnation[n]]
         self._known[node] = {n: (self.incarnation[n], 1) for n in self.down}
+        self._known[node].update((n, (self.incarnation[n], 0)) for n in back)
         core.set_overlay(self._overlay_for(node))
         for n in self.down:
             core.crashed(n, self.incarnation[n], self.now)  # nothing to repair yet
+        for n in back:
+            core.joined(n, self.incarnation[n], self.now)  # nothing subscribed to announce
         self.clocks[node].cpu_free = max(self.clocks[node].cpu_free, self.now)
 
     def _overlay_for(self, node: int) -> Hypercube:
