@@ -217,6 +217,26 @@ def test_fifo_with_gaps_is_fine() -> None:
     assert check_trace(tr.events) == []
 
 
+def _restart(tr: Trace, node: int) -> Trace:
+    """``node`` crashes and comes back as a new incarnation, subscribed again."""
+    tr._add(node, "crash", "", None, None)
+    tr._add(node, "recover", "", None, None)
+    return tr.sub(node)
+
+
+def test_a_restarted_source_is_a_new_stream_for_fifo_and_causality() -> None:
+    """Its new publication may be delivered before its old one (relayed late):
+    the new life knows nothing of the old one, so neither order is owed."""
+    tr = _restart(base().pub(0, 1), 0).pub(0, 3).dlv(1, 0, 3).dlv(1, 0, 1)
+    assert check_trace(tr.events) == []
+
+
+def test_a_restarted_source_that_delivered_its_old_publication_follows_it() -> None:
+    """Unless the new life delivered the old publication before publishing."""
+    tr = _restart(base().pub(0, 1), 0).dlv(0, 0, 1).pub(0, 3).dlv(1, 0, 3).dlv(1, 0, 1)
+    assert kinds(check_trace(tr.events)) == ["causal"]
+
+
 # ------------------------------------------------------------ 5 causality
 
 

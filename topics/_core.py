@@ -189,8 +189,10 @@ class _Topic:
     last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
     queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
-    # The subscribers this node's PUB round in flight went to (see VCubePS._sync_bound).
-    round_subs: tuple[int, ...] = ()
+    # The subscribers this node's PUB round in flight went to, as (node,
+    # incarnation) when it left: a round to an old life does not reach a
+    # restarted subscriber (see VCubePS._sync_bound).
+    round_subs: frozenset[tuple[int, int]] = frozenset()
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
@@ -939,7 +941,8 @@ class VCubePS:
         the announce is in the view now), else the next one.  Everything older
         was in a completed round, so if it went there it is there."""
         pending = self._pending.get(state.in_flight) if state.in_flight else None
-        if pending is not None and pending.kind == "PUB" and announcer in state.round_subs:
+        reached = (announcer, self._life.get(announcer, 0)) in state.round_subs
+        if pending is not None and pending.kind == "PUB" and reached:
             return pending.ids[0].seq
         for item in state.queue:
             if isinstance(item, PubMessage):
@@ -1059,7 +1062,7 @@ class VCubePS:
             batch = self._take_batch(state, head)
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "PUB", tuple(m.id for m in batch)
-            state.round_subs = subs
+            state.round_subs = frozenset((n, self._life.get(n, 0)) for n in subs)
         waiting = {c for c, _ in children}
         return children, _Pending(name, kind, None, waiting, ids)
 
@@ -1303,7 +1306,10 @@ class VCubePS:
         """Note what skipped ``msg`` waited for (transitively through earlier skipped
         ones), for :meth:`_live_deps`; the oldest note goes beyond SKIPPED_PAST."""
         past = state.skipped_past
-        past[(msg.id.source, msg.id.incarnation, msg.id.seq)] = tuple(self._live_deps(state, msg))
+        # Only what is still missing: the notes stay as small as the gaps.
+        deps = self._live_deps(state, msg)
+        waits = dict.fromkeys(d for d in deps if not state.buffer.satisfied(d))
+        past[(msg.id.source, msg.id.incarnation, msg.id.seq)] = tuple(waits)
         if len(past) > SKIPPED_PAST:
             del past[next(iter(past))]
 

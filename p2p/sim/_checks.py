@@ -21,8 +21,10 @@ Safety (checked on every prefix of a run):
     its next ``unsubscribe`` of ``t`` (a publisher's delivery of its own
     publication is a delivery like any other);
 ``fifo``
-    at every node, deliveries from one source on one topic have increasing
-    ``seq``;
+    at every node, deliveries from one source incarnation on one topic have
+    increasing ``seq`` (a restarted source is a new one: it knows nothing of
+    its previous life, whose last publications may still arrive after its
+    new ones);
 ``causal``
     per topic, if ``m1`` happened before ``m2`` (the publisher of ``m2``
     published or delivered ``m1``, or something ``m1`` happened before, earlier
@@ -47,10 +49,12 @@ not correct, so nothing is required of it); ``recover`` starts the node
 afresh, as a new incarnation with no subscription and nothing delivered.
 
 How ``causal`` stays cheap: the causal past of a publication ``m`` on topic
-``t`` is closed under "earlier publication of the same source on ``t``" (the
-source published those before ``m``), so it is exactly described by a
-frontier ``{source: highest seq in the past}``, and ``m1 -> m2`` iff
-``m1.seq <= past(m2)[m1.source]``.  Each node keeps the frontier of what it has
+``t`` is closed under "earlier publication of the same source incarnation on
+``t``" (the source published those before ``m``), so it is exactly described
+by a frontier ``{(source, life): highest seq in the past}``, and ``m1 -> m2``
+iff ``m1.seq <= past(m2)[(m1.source, m1.life)]`` (per incarnation: a
+restarted source's new publications follow its old ones only if it delivered
+them).  Each node keeps the frontier of what it has
 published or delivered on each topic; a publication snapshots its publisher's
 frontier; a delivery of ``m`` merges ``past(m)`` and ``m`` in (skipped when the
 node already knows ``m`` or a later publication of its source, whose past
@@ -77,7 +81,9 @@ from topics import VCubePS
 if TYPE_CHECKING:
     from p2p.sim._engine import Simulation
 
-Frontier = dict[int, int]
+Stream = tuple[int, int]
+"""``(source, life)``: one incarnation of a source; its seqs are in causal order."""
+Frontier = dict[Stream, int]
 """``{source: highest seq}`` of a downward-closed set of publications of one topic."""
 
 PubKey = tuple[str, int, int]
@@ -135,7 +141,7 @@ class _Node:
     subscribed: set[str] = field(default_factory=set)
     delivered: set[tuple[int, int]] = field(default_factory=set)
     delivered_on: dict[str, set[tuple[int, int]]] = field(default_factory=lambda: defaultdict(set))
-    last_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    last_seq: dict[tuple[str, Stream], int] = field(default_factory=dict)
     known: dict[str, Frontier] = field(default_factory=dict)
     own_pending: dict[str, dict[int, bool]] = field(default_factory=dict)
     """Own publications not yet delivered: ``seq -> preceded by a delivery already``."""
@@ -162,7 +168,7 @@ class _Node:
         self.up = True
 
 
-def _covers(frontier: Frontier | None, source: int, seq: int) -> bool:
+def _covers(frontier: Frontier | None, source: Stream, seq: int) -> bool:
     return frontier is not None and frontier.get(source, -1) >= seq
 
 
@@ -326,7 +332,7 @@ class TraceChecker:
         known = node.known.setdefault(ev.topic, {})
         self._pubs[key] = _Publication(ev.time, ev.node, dict(known), node.life)
         self._pub_topic[(ev.source, ev.seq)] = ev.topic
-        known[ev.source] = ev.seq
+        known[(ev.source, node.life)] = ev.seq
         node.own_pending.setdefault(ev.topic, {})[ev.seq] = False
         return self._blocked.pop((ev.source, ev.seq), [])
 
@@ -349,16 +355,17 @@ class TraceChecker:
         node.delivered_on[topic].add((src, seq))
         if topic not in node.subscribed:
             self._report("unsubscribed", ev, f"delivered {what} while not subscribed")
-        last = node.last_seq.get((topic, src))
+        stream = (src, pub.life)
+        last = node.last_seq.get((topic, stream))
         if last is not None and seq < last:
             self._report("fifo", ev, f"delivered {what} after ({src}, {last})")
-        node.last_seq[(topic, src)] = max(seq, last if last is not None else seq)
+        node.last_seq[(topic, stream)] = max(seq, last if last is not None else seq)
         known = node.known.setdefault(topic, {})
         if self._precedes_delivered(node, ev, pub, known):
             self._report("causal", ev, f"delivered {what} after a publication it precedes")
-        if not _covers(known, src, seq):
+        if not _covers(known, stream, seq):
             _merge(known, pub.past)
-            known[src] = seq
+            known[stream] = seq
 
     @staticmethod
     def _precedes_delivered(
@@ -372,12 +379,13 @@ class TraceChecker:
             # Own publications awaiting delivery that this one follows are late now.
             for seq in pending:
                 if seq != ev.seq and (
-                    pub.past.get(ev.node, -1) >= seq or (ev.source == ev.node and seq < ev.seq)
+                    pub.past.get((ev.node, node.life), -1) >= seq
+                    or (ev.source == ev.node and seq < ev.seq)
                 ):
                     pending[seq] = True
         if ev.source == ev.node and pending is not None and ev.seq in pending:
             return pending.pop(ev.seq)
-        return _covers(known, ev.source, ev.seq)
+        return _covers(known, (ev.source, pub.life), ev.seq)
 
     # ---------------------------------------------------------------- output
 
