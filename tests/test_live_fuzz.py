@@ -394,7 +394,11 @@ class Shadow:
 
     def __post_init__(self) -> None:
         t = self.target
-        self.core = VCubePS(t.id, overlay=t.core.overlay, config=t.config.pubsub)
+        # The target's incarnation too: a restarted core (incarnation > 0, as
+        # every runtime node's is) ignores an ACK for a round it does not know.
+        self.core = VCubePS(
+            t.id, overlay=t.core.overlay, config=t.config.pubsub, incarnation=t.incarnation
+        )
 
     def predict(self, sender: int, body: bytes) -> tuple[str, str | None, list[Packet]]:
         """``(outcome, reason, packets applied)``; outcome is ``accept``, ``skip``
