@@ -310,7 +310,6 @@ def report(chaos: ChaosRun) -> dict[str, Any]:
         "restarts": sum(1 for _, action, _ in SCHEDULE if action == "start"),
         "detect_median_s": statistics.median(done) if done else None,
         "deliveries": sum(1 for e in chaos.trace if e.event == "deliver"),
-        "problems": problems(chaos),
     }  # fmt: skip
 
 
@@ -342,7 +341,8 @@ def main() -> int:
         print(f"chaos: {reason}", file=sys.stderr)
         return 2
     with sigterm_raises(), tempfile.TemporaryDirectory() as tmp, Lan(NODES) as net:
-        result = report(run(net, Path(tmp), progress=True))
+        chaos = run(net, Path(tmp), progress=True)
+        result = {**report(chaos), "problems": problems(chaos)}
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

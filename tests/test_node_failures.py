@@ -43,13 +43,13 @@ def _fleet(tmp_path: Path, n: int) -> list[Ident]:
 
 def _config(seed_port: int | None, **kw: object) -> NodeConfig:
     seeds = () if seed_port is None else (f"127.0.0.1:{seed_port}",)
+    settings: dict[str, object] = {"detector_interval": INTERVAL, **kw}
     return NodeConfig(
         discovery=False,
         seeds=seeds,
         seed_interval=1.0,
-        detector_interval=INTERVAL,
         drain_timeout=0.5,
-        **kw,  # type: ignore[arg-type]
+        **settings,  # type: ignore[arg-type]
     )
 
 
@@ -343,14 +343,8 @@ def test_detector_settings_are_validated() -> None:
     assert dataclasses.replace(NodeConfig(), detector=False).detector is False
 
 
-def _slow_rounds(seed_port: int | None, timeout: float, attempts: int) -> NodeConfig:
-    """Detector rounds 30 s apart: only a hint can make a probe leave in between."""
-    return dataclasses.replace(
-        _config(seed_port),
-        detector_interval=30.0,
-        detector_timeout=timeout,
-        detector_attempts=attempts,
-    )
+SLOW_ROUNDS = 30.0
+"""Detector rounds this far apart: only a hint can make a probe leave in between."""
 
 
 def test_broken_connection_makes_survivors_probe_at_once(tmp_path: Path) -> None:
@@ -364,10 +358,8 @@ def test_broken_connection_makes_survivors_probe_at_once(tmp_path: Path) -> None
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             c = Cluster(nursery, idents)
-            first = await c.start(0, _slow_rounds(None, 0.3, 2))
-            for i in range(1, 4):
-                await c.start(i, _slow_rounds(first.port, 0.3, 2))
-            await _until(lambda: all(len(x.members()) == 4 for x in c.alive()), 20, "membership")
+            slow = {"detector_timeout": 0.3, "detector_attempts": 2}
+            await _start(c, 4, detector_interval=SLOW_ROUNDS, **slow)
             with trio.fail_after(20):  # SUB rounds open links along every tree
                 for node in c.alive():
                     await node.subscribe("t")
@@ -393,11 +385,8 @@ def test_hint_about_a_live_peer_probes_it_and_suspects_nothing(tmp_path: Path) -
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             c = Cluster(nursery, idents)
-            first = await c.start(0, _slow_rounds(None, 0.2, 1))
-            for i in range(1, 3):
-                await c.start(i, _slow_rounds(first.port, 0.2, 1))
-            a, b, _ = c.alive()
-            await _until(lambda: all(len(x.members()) == 3 for x in c.alive()), 20, "membership")
+            slow = {"detector_timeout": 0.2, "detector_attempts": 1}
+            a, b, _ = await _start(c, 3, detector_interval=SLOW_ROUNDS, **slow)
             assert a.detector is not None
             probes = a.detector.stats.probes
             a._unreachable(b.id)

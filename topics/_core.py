@@ -827,10 +827,9 @@ class VCubePS:
 
     def _flush_held(self, state: _Topic) -> list[Output]:
         """Send everything held on ``state`` at once (this node stops relaying knowledge)."""
-        holds: dict[int, dict[int, _Held]] = {}
-        for by_id in state.held.values():  # a hold superseded in by_id still waits
-            for h in by_id.values():
-                holds.setdefault(h.child, {})[h.order] = h
+        # Every hold not released yet still waits on a blocker, including one
+        # superseded in ``held`` by a later hold of the same publication.
+        holds: dict[int, dict[int, _Held]] = {child: {} for child in state.held}  # send order
         for waiting in state.waiting.values():
             for h in waiting:
                 holds.setdefault(h.child, {})[h.order] = h
@@ -1306,10 +1305,13 @@ class VCubePS:
         """Note what skipped ``msg`` waited for (transitively through earlier skipped
         ones), for :meth:`_live_deps`; the oldest note goes beyond SKIPPED_PAST."""
         past = state.skipped_past
+        key = (msg.id.source, msg.id.incarnation, msg.id.seq)
+        if key in past:  # noted already (_confirm notes the early ones first)
+            return
         # Only what is still missing: the notes stay as small as the gaps.
         deps = self._live_deps(state, msg)
         waits = dict.fromkeys(d for d in deps if not state.buffer.satisfied(d))
-        past[(msg.id.source, msg.id.incarnation, msg.id.seq)] = tuple(waits)
+        past[key] = tuple(waits)
         if len(past) > SKIPPED_PAST:
             del past[next(iter(past))]
 
