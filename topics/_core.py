@@ -189,10 +189,11 @@ class _Topic:
     last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
     queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
-    # The subscribers this node's PUB round in flight went to, as (node,
-    # incarnation) when it left: a round to an old life does not reach a
-    # restarted subscriber (see VCubePS._sync_bound).
-    round_subs: frozenset[tuple[int, int]] = frozenset()
+    # The subscriptions this node's PUB round in flight went to, as the op
+    # (node, incarnation, rc) of each subscriber's view entry when it left: a
+    # round to an old life, or to an older subscription of the same life,
+    # does not reach a newer subscription (see VCubePS._sync_bound).
+    round_subs: frozenset[tuple[int, int, int]] = frozenset()
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
@@ -926,21 +927,25 @@ class VCubePS:
         state = self._topic(pending.topic)
         bounds: tuple[Bound, ...] = ()
         if state.published:
-            bounds = (Bound(self.id, self.incarnation, self._sync_bound(state, pending.parent)),)
+            bound = self._sync_bound(state, pending.ids[0])
+            bounds = (Bound(self.id, self.incarnation, bound),)
         # This node's own entry too: an UNS of it that started before it
         # learned of the announcer went elsewhere, and the announcer may know
         # the subscription it ends (from another node's view).
         own = state.view.get(self.id)
         return Send(pending.parent, Ack(rid, pending.topic, (own,) if own else (), bounds))
 
-    def _sync_bound(self, state: _Topic, announcer: int) -> int:
-        """The first of this node's publications not known to have reached
-        ``announcer`` already, all of which will: the PUB round in flight if it
-        went there, else the first one still queued (its round will go there:
-        the announce is in the view now), else the next one.  Everything older
-        was in a completed round, so if it went there it is there."""
+    def _sync_bound(self, state: _Topic, announced: MsgId) -> int:
+        """The first of this node's publications not known to have reached the
+        ``announced`` subscription already, all of which will: the PUB round in
+        flight if it went to that very op, else the first one still queued (its
+        round will go there: the announce is in the view now), else the next
+        one.  Everything older was in a completed round, so if it went there it
+        is there.  A round in flight to an older op of the announcer (an older
+        life, or a subscription it has left since) may arrive before the
+        announced one started: not owed, so not in the bound."""
         pending = self._pending.get(state.in_flight) if state.in_flight else None
-        reached = (announcer, self._life.get(announcer, 0)) in state.round_subs
+        reached = announced in state.round_subs
         if pending is not None and pending.kind == "PUB" and reached:
             return pending.ids[0].seq
         for item in state.queue:
@@ -1061,7 +1066,8 @@ class VCubePS:
             batch = self._take_batch(state, head)
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "PUB", tuple(m.id for m in batch)
-            state.round_subs = frozenset((n, self._life.get(n, 0)) for n in subs)
+            view = state.view
+            state.round_subs = frozenset((n, view[n].incarnation, view[n].rc) for n in subs)
         waiting = {c for c, _ in children}
         return children, _Pending(name, kind, None, waiting, ids)
 
