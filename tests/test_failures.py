@@ -288,8 +288,22 @@ FOUND: dict[str, tuple[list[int], Script, float, float]] = {
         + [(2979.0, "RECOVER", 4, ""), (4332.0, "SUB", 0, "t0"), (4677.0, "PUB", 1, "t0")],
         3000.0, 3000.0,
     ),
+    # Crash only.  9 crashes, then 7 publishes (its round to 8 goes through 9,
+    # lost) and crashes.  8 hears of 7's crash first and relays 7's older round;
+    # 1 got that relay, all duplicates, before hearing of the crash, and took it
+    # for 7's last round: it relayed the older round, and 8 never got 7's last
+    # publication, which 1 had delivered (agreement).
+    "relayed-older-round": (
+        list(range(15)),
+        [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0")] * 12
+        + [(0.0, "SUB", 1, "t0"), (0.0, "SUB", 7, "t0"), (0.0, "PUB", 7, "t0"),
+           (0.0, "SUB", 9, "t0"), (0.0, "SUB", 8, "t0"), (5175.0, "CRASH", 9, ""),
+           (5451.0, "PUB", 7, "t0"), (5732.0, "CRASH", 7, "")],
+        1000.0, 500.0,
+    ),
 }  # fmt: skip
 SETTINGS: dict[str, tuple[int, LinkTable | None]] = {
+    "relayed-older-round": (60, None),
     "restart-frame": (0, None),
     "old-life-round": (893123, None),
     "older-op-round": (1, LinkTable(default=1.0, special={}, jitter=1.0)),

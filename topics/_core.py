@@ -204,7 +204,8 @@ class _Topic:
     held: dict[int, dict[MsgId, _Held]] = field(default_factory=dict)
     waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
     kids_cache: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    # The last round received from each source: what this node relays if it crashes.
+    # The newest round received from each source stream (the one that brought
+    # its newest publication here): what this node relays if it crashes.
     last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
@@ -699,11 +700,12 @@ class VCubePS:
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
         out: list[Output] = []
-        if messages:
+        if last_rx is not None:  # something new: the newest round of its stream here
             stream = (messages[0].id.source, messages[0].id.incarnation)
+            # Only then: a relay of an older round, all duplicates, must not
+            # replace the newest one as what this node relays at the crash.
             state.last_round[stream] = messages
-            if last_rx is not None:
-                state.last_rx[stream] = last_rx
+            state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
         for msg in fresh:
