@@ -683,9 +683,9 @@ def run_inprocess(messages: int, mode: str) -> dict[str, Any]:
     publications flat out (at most :data:`OURS_WINDOW_ROUNDS` rounds queued), the
     other two receive them all; CPU time of the process from the first publication
     to the last delivery.  Telemetry ``off``, ``on`` (default recorder, one spool per
-    node) or ``noop`` (on, with ``Recorder.published``, ``delivered`` and ``acked``
-    doing nothing).  Peer exchange and telemetry windows are an hour apart, so no
-    periodic work grows with the run's wall time (long under valgrind).
+    node) or ``noop`` (on, with ``Recorder.published``, ``delivered`` and
+    ``acked_since`` doing nothing).  Peer exchange and telemetry windows are an hour
+    apart, so no periodic work grows with the run's wall time (long under valgrind).
     """
     import tempfile
     from pathlib import Path
@@ -701,7 +701,7 @@ def run_inprocess(messages: int, mode: str) -> dict[str, Any]:
     if mode == "noop":
         Recorder.published = lambda self, topic: None  # type: ignore[method-assign]
         Recorder.delivered = lambda self, topic, latency_ms, holdback_ms: None  # type: ignore[method-assign]
-        Recorder.acked = lambda self, topic, ms: None  # type: ignore[method-assign]
+        Recorder.acked_since = lambda self, topic, now, sent: None  # type: ignore[method-assign]
 
     async def fanout(root: Path) -> float:
         def config(i: int, seeds: tuple[str, ...] = ()) -> NodeConfig:

@@ -54,6 +54,7 @@ import queue
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench._common import ROOT, machine
-from bench._runtime_workers import PROFILE_ENV, TOPIC, Spec
+from bench._runtime_workers import PAYLOAD_SIZE, PROFILE_ENV, TOPIC, Spec
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
@@ -713,7 +714,7 @@ def recorder_micro(repeat: int = 5, n: int = 20_000) -> dict[str, float]:
             "published_us": best(partial(rec.published, TOPIC), n) - empty,
             "delivered_us": best(partial(rec.delivered, TOPIC, 3.2, 0.0), n) - empty,
             "delivered_held_us": best(partial(rec.delivered, TOPIC, 3.2, 1.5), n) - empty,
-            "acked_us": best(partial(rec.acked, TOPIC, 12.0), n) - empty,
+            "acked_us": best(partial(rec.acked_since, TOPIC, 1.012, [1.0]), n) - empty,
         }
         stats = {"packets_sent": 10, "frames_sent": 2, "bytes_sent": 1000}
 
@@ -723,6 +724,84 @@ def recorder_micro(repeat: int = 5, n: int = 20_000) -> dict[str, float]:
 
         out["flush_us"] = best(window, 200)
         rec.spool.close()
+    return out
+
+
+NODE_MICRO_ROUND = 16
+"""Publications per round in :func:`node_micro` (a round's ACK times them all)."""
+
+
+def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
+    """What recording adds to the node's handling of core outputs, µs per message:
+    one node (no peers) fed the outputs its core gives for ``rounds`` rounds of
+    :data:`NODE_MICRO_ROUND` publications, with its recorder on and off (the
+    fastest of ``repeat`` passes each, alternated).
+
+    Subscriber: per round one batch of ``Received`` then ``Delivered`` per
+    publication.  Publisher: per publication one batch of ``Published`` and its
+    own ``Delivered`` (what ``publish`` hands over), per round one ``RoundAcked``.
+    Sends are left out: they cost the same either way.
+    """
+    import trio
+
+    from causal import MsgId
+    from p2p._identity import add_node, init_fleet
+    from p2p._node import NodeConfig, open_node
+    from p2p.telemetry._recorder import Recorder, Spool
+    from topics import Delivered, Output, Published, Received, RoundAcked
+
+    stamp = struct.pack(">d", time.time())
+    payload = stamp + bytes(PAYLOAD_SIZE)
+    ids = [MsgId(7, 1, i) for i in range(rounds * NODE_MICRO_ROUND)]
+    batches = [ids[i : i + NODE_MICRO_ROUND] for i in range(0, len(ids), NODE_MICRO_ROUND)]
+    sub_batches: list[list[Output]] = [
+        [o for m in b for o in (Received(TOPIC, m, False), Delivered(TOPIC, m, payload))]
+        for b in batches
+    ]
+    pub_batches: list[list[Output]] = [
+        [Published(TOPIC, m), Delivered(TOPIC, m, payload, own=True)] for m in ids
+    ]
+    acks: list[list[Output]] = [[RoundAcked(TOPIC, "PUB", tuple(b))] for b in batches]
+
+    async def run(root: Path) -> dict[str, float]:
+        async with open_node(root / "node", NodeConfig(discovery=False, detector=False)) as node:
+            sub = await node.subscribe(TOPIC)
+            recorder = Recorder(node.id, Spool(root / "spool"), window=3600.0)
+
+            def subscriber() -> None:
+                for batch in sub_batches:
+                    node._handle(batch, 1.0)
+                    sub._queue.clear()
+
+            def publisher() -> None:
+                handle = node._handle
+                for i, batch in enumerate(pub_batches):
+                    handle(batch, 1.0)
+                    if i % NODE_MICRO_ROUND == NODE_MICRO_ROUND - 1:
+                        handle(acks[i // NODE_MICRO_ROUND], 1.002)
+                sub._queue.clear()
+
+            best: dict[str, float] = {}
+            for _ in range(repeat):
+                for on in (False, True):
+                    node.recorder = recorder if on else None
+                    for name, fn in (("subscriber", subscriber), ("publisher", publisher)):
+                        t0 = time.perf_counter()
+                        fn()
+                        us = 1e6 * (time.perf_counter() - t0) / len(ids)
+                        key = f"{name}_{'on' if on else 'off'}_us"
+                        best[key] = min(best.get(key, us), us)
+            node.recorder = None
+            recorder.spool.close()
+            return best
+
+    with tempfile.TemporaryDirectory(prefix="bench-node-micro-") as tmp:
+        root = Path(tmp)
+        init_fleet(root / "fleet", psk=True, name="bench")
+        add_node(root / "fleet", root / "node", name="bench0")
+        out = trio.run(run, root)
+    for name in ("subscriber", "publisher"):
+        out[f"{name}_added_us"] = out[f"{name}_on_us"] - out[f"{name}_off_us"]
     return out
 
 
@@ -815,7 +894,10 @@ def run_all(bench: Bench, systems: Sequence[str], only: set[str]) -> dict[str, A
                     fn = partial(bench.telemetry, workload, on)
                     done.append(step("telemetry", "ours", fn))
         bench.say("  telemetry  ours   recorder calls in-process ...")
-        out.setdefault("ours", {})["telemetry"] = telemetry_summary(runs, recorder_micro())
+        bench.say("  telemetry  ours   the node's handling of outputs in-process ...")
+        out.setdefault("ours", {})["telemetry"] = telemetry_summary(
+            runs, recorder_micro(), node_micro()
+        )
     return out
 
 
@@ -838,10 +920,12 @@ TELEMETRY_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 def telemetry_summary(
-    runs: dict[str, list[dict[str, Any]]], micro: dict[str, float]
+    runs: dict[str, list[dict[str, Any]]], micro: dict[str, float], node: dict[str, float]
 ) -> dict[str, Any]:
-    """Off against on for each workload's runs (in the order they ran, in pairs)."""
-    out: dict[str, Any] = {"recorder_us": micro}
+    """Off against on for each workload's runs (in the order they ran, in pairs), and
+    what recording adds in-process (``node``, :func:`node_micro`) as a share of the
+    CPU per message the fan-out runs spent with it off."""
+    out: dict[str, Any] = {"recorder_us": micro, "node_us": node}
     spools = []
     for workload, done in runs.items():
         compare = {name: _compare(done, key) for name, key in TELEMETRY_METRICS[workload].items()}
@@ -851,6 +935,12 @@ def telemetry_summary(
     out["loadavg"] = {
         mode: [r["loadavg"][0] for done in runs.values() for r in done if r["telemetry"] == on]
         for mode, on in (("off", False), ("on", True))
+    }
+    compare = out["throughput"]["compare"]
+    out["node_share"] = {
+        role: node[f"{role}_added_us"] / compare[f"cpu_us_per_msg_{role}"]["off_median"]
+        for role in ("publisher", "subscriber")
+        if compare[f"cpu_us_per_msg_{role}"]["off_median"]
     }
     nodes = [n for sp in spools for n in sp["nodes"]]
     steady = [n["window_bytes_per_s"] for n in nodes if n["window_bytes_per_s"] is not None]
@@ -1142,23 +1232,59 @@ def telemetry_table(tel: dict[str, Any], markdown: bool = False) -> str:
                          " / ".join(format(v, fmt) for v in c["on"]),
                          " / ".join(f"{r:.2f}" for r in c["pair_ratios"])))  # fmt: skip
     spool, us = tel["spool"], tel["recorder_us"]
+    node: dict[str, float] = tel.get("node_us") or {}
     window = f"{spool['window_s']:g} s windows"
     rows += [
-        (f"spool written per node, bytes/s ({window})", "-",
-         f"{spool['window_bytes_per_s']['median']:.0f} (max "
-         f"{spool['window_bytes_per_s']['max']:.0f})", ""),
-        ("  over each run, start and stop events included", "-",
-         f"{spool['bytes_per_s']['median']:.0f} (max {spool['bytes_per_s']['max']:.0f})", ""),
-        ("  records per node per run (median)", "-",
-         f"{spool['records_per_node']['median']:.0f}", ""),
-        ("  records failing validation; counters = harness counts", "-",
-         f"{spool['errors']}; {'yes' if spool['counts_match'] else 'NO'}", ""),
-        ("  deliveries recorded as held back (held / deliveries)", "-",
-         f"{spool['held']:,} / {spool['deliveries']:,}", ""),
-        ("recorder, us per call in-process: published / delivered / acked", "-",
-         f"{us['published_us']:.2f} / {us['delivered_us']:.2f} / {us['acked_us']:.2f}", ""),
-        ("  one window's flush (node + topic record, CBOR, write), us", "-",
-         f"{us['flush_us']:.0f}", ""),
+        (
+            f"spool written per node, bytes/s ({window})",
+            "-",
+            f"{spool['window_bytes_per_s']['median']:.0f} (max "
+            f"{spool['window_bytes_per_s']['max']:.0f})",
+            "",
+        ),
+        (
+            "  over each run, start and stop events included",
+            "-",
+            f"{spool['bytes_per_s']['median']:.0f} (max {spool['bytes_per_s']['max']:.0f})",
+            "",
+        ),
+        (
+            "  records per node per run (median)",
+            "-",
+            f"{spool['records_per_node']['median']:.0f}",
+            "",
+        ),
+        (
+            "  records failing validation; counters = harness counts",
+            "-",
+            f"{spool['errors']}; {'yes' if spool['counts_match'] else 'NO'}",
+            "",
+        ),
+        (
+            "  deliveries recorded as held back (held / deliveries)",
+            "-",
+            f"{spool['held']:,} / {spool['deliveries']:,}",
+            "",
+        ),
+        (
+            "recorder, us per call in-process: published / delivered / acked",
+            "-",
+            f"{us['published_us']:.2f} / {us['delivered_us']:.2f} / {us['acked_us']:.2f}",
+            "",
+        ),
+        (
+            "  one window's flush (node + topic record, CBOR, write), us",
+            "-",
+            f"{us['flush_us']:.0f}",
+            "",
+        ),
+    ]
+    for role in ("publisher", "subscriber") if node else ():  # none in older results
+        share = 100 * tel["node_share"].get(role, 0.0)
+        rows.append((f"node's output handling in-process, us/msg: {role}",
+                     f"{node[f'{role}_off_us']:.2f}", f"{node[f'{role}_on_us']:.2f}",
+                     f"+{node[f'{role}_added_us']:.2f} = {share:.1f} % of CPU/msg"))  # fmt: skip
+    rows += [
         ("load average (1 min) at the runs' start: min-max (median)",
          _load_range(tel["loadavg"]["off"]), _load_range(tel["loadavg"]["on"]), ""),
     ]  # fmt: skip

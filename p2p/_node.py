@@ -660,7 +660,16 @@ class Node:
         """Open TCP connections (both directions)."""
         self._published_at: dict[MsgId, float] = {}
         self._received_at: dict[MsgId, float] = {}
+        """Arrival time of each publication the causal buffer holds back (recording)."""
+        self._arrived: MsgId | None = None
+        """The last publication received in this batch, not yet delivered nor in
+        ``_received_at``: most are delivered next, with no dict write at all."""
         self._now = 0.0
+        """The current batch's clock (:meth:`_handle`, when recording)."""
+        self._wall_offset = 0.0
+        """Wall clock minus trio's clock, set with the recorder and renewed each
+        telemetry window (:meth:`_flush_telemetry`): latency from
+        a publication's wall-clock stamp without a ``time.time()`` per delivery."""
 
     def __repr__(self) -> str:
         return f"Node({self.id:016x}, port={self.port}, members={len(self.peers) + 1})"
@@ -701,7 +710,8 @@ class Node:
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if self.config.overflow == "backpressure":
             await self._wait_for_room()
-        out = self.core.publish(topic, _STAMP.pack(time.time()) + payload, trio.current_time())
+        now = trio.current_time()
+        out = self.core.publish(topic, _STAMP.pack(time.time()) + payload, now)
         first = out[0] if out else None
         if type(first) is Published:  # where the core puts it
             mid = first.id
@@ -710,7 +720,7 @@ class Node:
         acked: trio.Event | None = None
         if wait_acked:
             acked = self._acked[mid] = trio.Event()
-        self._handle(out)
+        self._handle(out, now)
         if acked is not None:
             await acked.wait()
         return mid
@@ -825,27 +835,39 @@ class Node:
             except trio.WouldBlock:
                 log.error("membership watcher too slow: dropped %s", event)
 
-    def _handle(self, outputs: list[Output]) -> None:
+    def _handle(self, outputs: list[Output], now: float | None = None) -> None:
         """Carry out a core's outputs (synchronously: the core stays single-threaded).
 
         Dispatched on the exact type, the per-publication outputs first (a
         received round yields two per publication); anything else, a subclass
         included, goes through :meth:`_handle_other`.
         """
-        if self.recorder is not None:  # one clock read per batch of outputs
-            self._now = trio.current_time()
+        recording = self.recorder is not None
+        if recording:  # one clock read per batch (``now``, if the caller has one)
+            self._now = trio.current_time() if now is None else now
         for o in outputs:
             if type(o) is Delivered:
                 self._deliver(o)
             elif type(o) is Received:
-                if self.recorder is not None and not o.relay:
-                    self._received_at[o.id] = self._now
+                if recording and not o.relay:  # _on_received, inlined: hot path
+                    if self._arrived is not None:
+                        self._received_at[self._arrived] = self._now
+                    self._arrived = o.id
             elif type(o) is Published:
                 self._on_published(o)
             elif type(o) is Send:
                 self._send(o)
             else:
                 self._handle_other(o)
+        if self._arrived is not None:  # held back past its batch: timed from now
+            self._received_at[self._arrived] = self._now
+            self._arrived = None
+
+    def _on_received(self, mid: MsgId) -> None:
+        """Note ``mid``'s arrival; the previous one, still undelivered, is held back."""
+        if self._arrived is not None:
+            self._received_at[self._arrived] = self._now
+        self._arrived = mid
 
     def _handle_other(self, o: Output) -> None:
         if isinstance(o, Send):
@@ -861,7 +883,7 @@ class Node:
             self._on_acked(o)
         elif isinstance(o, Received):
             if self.recorder is not None and not o.relay:
-                self._received_at[o.id] = self._now
+                self._on_received(o.id)
         elif isinstance(o, Published):
             self._on_published(o)
         elif isinstance(o, Dropped):
@@ -882,16 +904,14 @@ class Node:
             self._published_at[o.id] = self._now
 
     def _on_acked(self, o: RoundAcked) -> None:
-        if not (self._acked or self._published_at):  # nobody waits, nothing is timed
-            return
-        now = self._now
-        for mid in o.ids:
-            acked = self._acked.pop(mid, None)
-            if acked is not None:
-                acked.set()
-            sent = self._published_at.pop(mid, None)
-            if sent is not None and self.recorder is not None:
-                self.recorder.acked(o.topic, (now - sent) * 1000)
+        if self._acked:  # somebody waits for the ACK wave
+            for mid in o.ids:
+                acked = self._acked.pop(mid, None)
+                if acked is not None:
+                    acked.set()
+        if self._published_at and self.recorder is not None:
+            pop = self._published_at.pop
+            self.recorder.acked_since(o.topic, self._now, [pop(mid, None) for mid in o.ids])
 
     def _deliver(self, d: Delivered) -> None:
         source, incarnation, seq = mid = d.id
@@ -904,9 +924,14 @@ class Node:
             return
         (stamp,) = _unpack_stamp(payload)
         if self.recorder is not None and not d.own:
-            got = self._received_at.pop(mid, None)
-            held = 0.0 if got is None else (self._now - got) * 1000
-            self.recorder.delivered(d.topic, (time.time() - stamp) * 1000, held)
+            now = self._now
+            if mid == self._arrived:  # delivered in the batch it arrived in
+                self._arrived = None
+                held = 0.0
+            else:
+                got = self._received_at.pop(mid, None)
+                held = 0.0 if got is None else (now - got) * 1000
+            self.recorder.delivered(d.topic, (now + self._wall_offset - stamp) * 1000, held)
         sub = self._subs.get(d.topic)
         if sub is None:
             return
@@ -1055,9 +1080,10 @@ class Node:
             heard.add(peer)
             self.stats["frames_received"] += 1
             self.stats["bytes_received"] += len(record) + 4
+            now = trio.current_time()  # every packet of a frame arrived together
             for packet in body.packets:
                 self.stats["packets_received"] += 1
-                self._handle(self.core.receive(peer, packet, trio.current_time()))
+                self._handle(self.core.receive(peer, packet, now), now)
             if body.control:
                 self._on_control(peer, body.control)
             if body.exchange is not None:
@@ -1282,6 +1308,7 @@ class Node:
             self.recorder.flush(time.time(), self.stats, self.connections)
         except OSError as exc:
             log.error("telemetry not written: %s", exc)
+        self._wall_offset = time.time() - trio.current_time()  # follows clock steps
         for pending in (self._received_at, self._published_at):
             if len(pending) > self.config.pubsub.max_held:  # never delivered or acked
                 pending.clear()
@@ -1400,6 +1427,7 @@ async def open_node(
             nursery.start_soon(node._seed, seed)
         if cfg.telemetry_dir is not None:
             node.recorder = _open_recorder(node, cfg)
+            node._wall_offset = time.time() - trio.current_time()
             nursery.start_soon(node._record)
             if cfg.telemetry_collector is not None:
                 from p2p.telemetry._collector import uploader

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -34,7 +36,8 @@ from p2p._node import (
 from p2p._secure import sign_record
 from p2p._wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
 from p2p.sim import TraceEvent, check_trace, format_violations
-from topics import PubMessage, PubRound, RoundId
+from p2p.telemetry import bucket
+from topics import Delivered, PubMessage, PubRound, Received, RoundId
 
 
 def _fleet(tmp_path: Path, n: int, *, psk: bool = True, name: str = "f") -> list[Path]:
@@ -422,3 +425,34 @@ def test_telemetry_counts_only_deliveries_that_were_held_back(tmp_path: Path) ->
     topics = [r for r in read_records(sorted(spool.rglob("*.cbor"))) if r["kind"] == "topic"]
     assert sum(r["deliveries"] for r in topics) == 20
     assert sum(r["held"] for r in topics) == 0
+
+
+def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
+    tmp_path: Path,
+) -> None:
+    """The node keeps an arrival time only for a publication not delivered in
+    its own batch; delivered in a later batch, its hold-back is the time between
+    the two batches, and nothing stays behind (core outputs fed by hand)."""
+    (node_dir,) = _fleet(tmp_path, 1)
+    spool = tmp_path / "spool"
+    a, b, c = (MsgId(7, 0, seq) for seq in (1, 2, 3))
+
+    def out(mid: MsgId, stamp: float) -> Delivered:
+        return Delivered("t", mid, struct.pack(">d", stamp) + b"x")
+
+    async def main() -> None:
+        async with open_node(node_dir, NodeConfig(discovery=False, telemetry_dir=spool)) as node:
+            await node.subscribe("t")
+            t0, wall = trio.current_time(), time.time()
+            node._handle([Received("t", a, False), Received("t", b, False), out(b, wall),
+                          Received("t", c, False)], t0)  # fmt: skip
+            assert set(node._received_at) == {a, c}  # b went in its own batch
+            node._handle([out(c, wall), out(a, wall)], t0 + 0.25)
+            assert not node._received_at
+            assert node._arrived is None
+
+    trio.run(main)
+    (topic,) = [r for r in read_records(sorted(spool.rglob("*.cbor"))) if r["kind"] == "topic"]
+    assert (topic["deliveries"], topic["held"]) == (3, 2)
+    assert topic["holdback"][bucket(250.0)] == 2
+    assert sum(topic["latency"][: bucket(250.0) + 1]) == 3  # stamps are a wall-clock moment old

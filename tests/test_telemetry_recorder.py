@@ -11,7 +11,7 @@ from _telemetry import read_records
 
 from p2p import NodeConfig, open_node
 from p2p._identity import add_node, init_fleet
-from p2p.telemetry import iter_items
+from p2p.telemetry import bucket, iter_items
 from p2p.telemetry._recorder import Recorder, Spool
 
 
@@ -47,7 +47,7 @@ def test_node_and_topic_records_carry_window_deltas(tmp_path: Path) -> None:
     rec.published("a")
     rec.delivered("a", latency_ms=3.0, holdback_ms=0.0)
     rec.delivered("a", latency_ms=40.0, holdback_ms=12.0)
-    rec.acked("a", 25.0)
+    rec.acked_since("a", 100.025, [100.0, None])  # 25 ms; an untimed one is not counted
     rec.flush(1.7e9, {"packets_sent": 10, "bytes_sent": 500, "lost_on_disconnect": 1}, 2)
     rec.flush(1.7e9 + 10, {"packets_sent": 15, "bytes_sent": 900, "lost_on_disconnect": 1}, 2)
     rec.spool.close()
@@ -62,6 +62,7 @@ def test_node_and_topic_records_carry_window_deltas(tmp_path: Path) -> None:
     assert sum(topic["latency"]) == 2
     assert sum(topic["holdback"]) == 1
     assert sum(topic["ack_round"]) == 1
+    assert topic["ack_round"][bucket(25.0)] == 1
 
 
 def test_a_crash_leftover_becomes_a_complete_file_and_boot_advances(tmp_path: Path) -> None:

@@ -201,10 +201,14 @@ class Recorder:
             tw.held += 1
             tw.holdback[bisect_right(EDGES, holdback_ms)] += 1
 
-    def acked(self, topic: str, ms: float) -> None:
-        """A publication's ACK wave came back ``ms`` after it was published."""
-        tw = self._topics.get(topic) or self._new(topic)
-        tw.ack_round[bisect_right(EDGES, ms)] += 1
+    def acked_since(self, topic: str, now: float, sent: list[float | None]) -> None:
+        """A round's ACK wave came back at ``now`` (seconds, the node's clock) for
+        publications sent at ``sent``: one ``ack_round`` count each (``None``: not
+        timed, not counted), so ``sum(ack_round)`` stays the publications acked."""
+        hist = (self._topics.get(topic) or self._new(topic)).ack_round
+        for t in sent:
+            if t is not None:
+                hist[bisect_right(EDGES, (now - t) * 1000)] += 1
 
     def event(
         self, now: float, name: str, peer: int | None = None, detail: str | None = None
