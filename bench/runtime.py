@@ -54,7 +54,6 @@ import queue
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -746,12 +745,11 @@ def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
 
     from causal import MsgId
     from p2p._identity import add_node, init_fleet
-    from p2p._node import NodeConfig, open_node
+    from p2p._node import _STAMP, NodeConfig, open_node
     from p2p.telemetry._recorder import Recorder, Spool
     from topics import Delivered, Output, Published, Received, RoundAcked
 
-    stamp = struct.pack(">d", time.time())
-    payload = stamp + bytes(PAYLOAD_SIZE)
+    payload = _STAMP.pack(time.time()) + bytes(PAYLOAD_SIZE)
     ids = [MsgId(7, 1, i) for i in range(rounds * NODE_MICRO_ROUND)]
     batches = [ids[i : i + NODE_MICRO_ROUND] for i in range(0, len(ids), NODE_MICRO_ROUND)]
     sub_batches: list[list[Output]] = [

@@ -1293,6 +1293,11 @@ class Node:
             ) as exc:
                 log.warning("final telemetry upload failed (kept for the next start): %s", exc)
 
+    def _follow_wall_clock(self) -> None:
+        """Renew ``_wall_offset`` (at the recorder's start and every window, so a
+        step of the wall clock shows in latencies within one window)."""
+        self._wall_offset = time.time() - trio.current_time()
+
     async def _record(self) -> None:
         """Write a telemetry window every ``telemetry_window`` seconds."""
         assert self.recorder is not None
@@ -1308,7 +1313,7 @@ class Node:
             self.recorder.flush(time.time(), self.stats, self.connections)
         except OSError as exc:
             log.error("telemetry not written: %s", exc)
-        self._wall_offset = time.time() - trio.current_time()  # follows clock steps
+        self._follow_wall_clock()
         for pending in (self._received_at, self._published_at):
             if len(pending) > self.config.pubsub.max_held:  # never delivered or acked
                 pending.clear()
@@ -1427,7 +1432,7 @@ async def open_node(
             nursery.start_soon(node._seed, seed)
         if cfg.telemetry_dir is not None:
             node.recorder = _open_recorder(node, cfg)
-            node._wall_offset = time.time() - trio.current_time()
+            node._follow_wall_clock()
             nursery.start_soon(node._record)
             if cfg.telemetry_collector is not None:
                 from p2p.telemetry._collector import uploader

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from p2p._discovery import Peer
 from p2p._errors import SecurityError
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p._node import (
+    _STAMP,
     DELIVERY_BATCH,
     Delivery,
     Node,
@@ -438,7 +438,7 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
     a, b, c = (MsgId(7, 0, seq) for seq in (1, 2, 3))
 
     def out(mid: MsgId, stamp: float) -> Delivered:
-        return Delivered("t", mid, struct.pack(">d", stamp) + b"x")
+        return Delivered("t", mid, _STAMP.pack(stamp) + b"x")
 
     async def main() -> None:
         async with open_node(node_dir, NodeConfig(discovery=False, telemetry_dir=spool)) as node:
