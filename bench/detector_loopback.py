@@ -16,8 +16,9 @@ Method: detector rounds of ``--interval`` (1 s), ``attempts = 2``, probe
 ``--timeout`` (default: the interval, the runtime's default); probes expire
 at their deadline, suspicions are pushed down the broadcast trees, and a
 connection that breaks and cannot be re-dialled makes its node probe the
-peer at once.  Every node subscribes to ``load``, and nodes 0 and 1 (never
-killed) publish there ``--rate`` messages per second each.  After
+peer at once.  Every node subscribes to ``load``, and the first
+``--publishers`` nodes (default 2: nodes 0 and 1; never killed) publish there
+``--rate`` messages per second each.  After
 ``--warmup`` seconds, a node (never 0 or 1) is killed every
 ``--kill-every`` seconds while at least ``--keep`` nodes remain.  Reported:
 
@@ -27,9 +28,10 @@ killed) publish there ``--rate`` messages per second each.  After
   self-suspicions (reincarnations);
 * detector bytes per second per node: control packets sent (probes,
   replies, pushes; a frame of only control packets counts whole, prefix and
-  seal included), over the whole run and the live nodes; pushes sent per
-  kill and survivor;
-* deliveries: publications of nodes 0 and 1 missing at a survivor at the end.
+  seal included) and the detector version piggybacked on every data frame,
+  over the whole run and the live nodes; detector messages (probes, replies,
+  pushes) per second per node; pushes sent per kill and survivor;
+* deliveries: publications of the publishers missing at a survivor at the end.
 
 Writes ``bench/results/detector_loopback.json``; every node is cancelled on
 exit, whatever happens.
@@ -133,13 +135,14 @@ async def _run(
             async with trio.open_nursery() as subs:
                 for i, node in b.nodes.items():
                     subs.start_soon(_subscribe_then_collect, b, nursery, i, node)
-        for i in (0, 1):
+        for i in range(args.publishers) if args.rate > 0 else ():
             nursery.start_soon(b.publish, b.nodes[i])
         bytes0 = {i: x.stats["detector_bytes_sent"] for i, x in b.nodes.items()}
         pushes0 = {i: _pushes(x) for i, x in b.nodes.items()}
+        messages0 = {i: _messages(x) for i, x in b.nodes.items()}
         start = trio.current_time()
         await trio.sleep(args.warmup)
-        victims = list(range(n - 1, 1, -1))[: max(0, n - args.keep)]
+        victims = list(range(n - 1, args.publishers - 1, -1))[: max(0, n - args.keep)]
         for v in victims:
             if trio.current_time() - start > args.duration - args.kill_every:
                 break
@@ -150,6 +153,7 @@ async def _run(
         survivors = dict(b.nodes)
         sent = sum(x.stats["detector_bytes_sent"] - bytes0[i] for i, x in survivors.items())
         pushes = sum(_pushes(x) - pushes0[i] for i, x in survivors.items())
+        messages = sum(_messages(x) - messages0[i] for i, x in survivors.items())
         reincarnations = sum(x.stats["reincarnations"] for x in survivors.values())
         missing = _missing(b, survivors)
         nursery.cancel_scope.cancel()
@@ -167,6 +171,7 @@ async def _run(
         "timeout_s": args.timeout if args.timeout is not None else args.interval,
         "attempts": 2,
         "duration_s": round(elapsed, 1),
+        "publishers": args.publishers,
         "publish_rate_per_publisher": args.rate,
         "kills": len(b.killed_at),
         "undetected_kills": undetected,
@@ -176,6 +181,7 @@ async def _run(
         "false_suspicions": len(b.false),
         "reincarnations": reincarnations,
         "detector_bytes_per_s_per_node": round(sent / elapsed / len(survivors), 1),
+        "detector_messages_per_s_per_node": round(messages / elapsed / len(survivors), 2),
         "detector_pushes_per_kill_per_survivor": (
             round(pushes / len(b.killed_at) / len(survivors), 2) if b.killed_at else None
         ),
@@ -200,10 +206,16 @@ def _pushes(node: Node) -> int:
     return node.detector.stats.pushes if node.detector is not None else 0
 
 
+def _messages(node: Node) -> int:
+    """Detector messages ``node`` sent so far: probes, replies and pushes."""
+    det = node.detector
+    return 0 if det is None else det.stats.probes + det.stats.replies + det.stats.pushes
+
+
 def _missing(b: Bench, survivors: dict[int, Node]) -> int:
-    """Publications of nodes 0 and 1 that some survivor has and another lacks
-    (beyond the last second, which may still be in flight)."""
-    sources = {survivors[0].id, survivors[1].id}
+    """Publications of the publishers that some survivor has and another lacks
+    (beyond the last two seconds, which may still be in flight)."""
+    sources = {survivors[i].id for i in range(b.args.publishers)}
     sets = [{(d.source, d.seq) for d in b.got[i] if d.source in sources} for i in survivors]
     union = set().union(*sets)
     recent = {(s, q) for s, q in union if q >= max(x for y, x in union if y == s) - 2 * b.args.rate}
@@ -218,7 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--timeout", type=float, default=None, help="probe timeout, seconds (default: interval)"
     )
-    p.add_argument("--rate", type=float, default=10.0, help="publications/s of each publisher")
+    p.add_argument(
+        "--rate", type=float, default=10.0, help="publications/s of each publisher (0: idle)"
+    )
+    p.add_argument("--publishers", type=int, default=2, help="nodes 0.. that publish")
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--kill-every", type=float, default=10.0)
     p.add_argument("--keep", type=int, default=8, help="stop killing at this many nodes")

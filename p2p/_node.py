@@ -75,6 +75,7 @@ from p2p._wire import (
     decode_body,
     encode_packets,
     frame,
+    uint_size,
 )
 from topics import (
     Bundle,
@@ -379,6 +380,8 @@ class _Link:
         """Cancelled when the peer is suspected or leaves (:meth:`Node._drop_link`)."""
         self.control_bytes = 0
         """Bytes of control packets in the frame :meth:`_take` returned last."""
+        self.alive_bytes = 0
+        """Bytes of its piggybacked detector version (*alive*, ``p2p._wire``)."""
 
     def put_control(self, item: Control) -> None:
         """Queue a control packet; a full outbox drops it (counted), like a packet."""
@@ -509,8 +512,10 @@ class _Link:
             self.node.stats["packets_sent"] += count
             self.node._room.set()
             self.node.stats["bytes_sent"] += len(data)
-            if control:  # a frame of control packets only costs its whole size
-                self.node.stats["detector_bytes_sent"] += control if count else len(data)
+            if control and not count:  # a frame of control packets only costs its whole size
+                self.node.stats["detector_bytes_sent"] += len(data)
+            else:
+                self.node.stats["detector_bytes_sent"] += control + self.alive_bytes
 
     def _take(self) -> tuple[int, bytes] | None:
         """A prefix of the outbox as one frame body, and the core packets in it
@@ -527,11 +532,14 @@ class _Link:
             packets = [x for x in batch if not isinstance(x, _NOT_CORE)]
             exchange = next((x for x in batch if isinstance(x, PeerExchange)), None)
             control = [x for x in batch if isinstance(x, _CONTROL)]
-            body = encode_packets(packets, exchange, control)  # type: ignore[arg-type]
+            det = self.node.detector
+            alive = None if det is None else det.version  # as late as possible: the freshest
+            body = encode_packets(packets, exchange, control, alive)  # type: ignore[arg-type]
             if len(body) <= limit:
                 for _ in range(count):
                     self.outbox.popleft()
                 self.control_bytes = len(encode_packets([], None, control)) - 3 if control else 0
+                self.alive_bytes = 0 if alive is None else uint_size(alive)
                 return len(packets), body
             if count == 1:
                 self.outbox.popleft()
@@ -609,9 +617,10 @@ class Node:
         self._alive: set[int] = set()
         self._incs: dict[int, int] = {}
         self._dead: dict[int, int] = {}
-        self._heard: set[int] = set()
-        """Peers a frame came from since the detector last heard of it (one set add
-        per frame; handed over by :meth:`_detector_flush`)."""
+        self._heard: dict[int, int | None] = {}
+        """Peers a frame came from since the detector last heard of it, with the
+        newest detector version their frames carried (``None``: none did); one
+        dict write per frame, handed over by :meth:`_detector_flush`."""
         self._detector_wake: trio.CancelScope | None = None
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
@@ -1071,13 +1080,19 @@ class Node:
     async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
         """Decode, check and hand every packet to the core, in arrival order.
 
-        Every frame is a sign of life of its sender: one set add here, handed
-        to the detector at its next round (:meth:`_detector_round`)."""
+        Every frame is a sign of life of its sender, with the detector version
+        it carries: one dict write here, handed to the detector at its next
+        round (:meth:`_detector_round`)."""
         peer = session.peer_id
         heard = self._heard
         while (record := await messages.next()) is not None:
             body = decode_body(session.open(record), self._limits)
-            heard.add(peer)
+            alive = body.alive
+            if alive is None:
+                heard.setdefault(peer, None)
+            else:
+                seen = heard.get(peer)
+                heard[peer] = alive if seen is None or seen < alive else seen
             self.stats["frames_received"] += 1
             self.stats["bytes_received"] += len(record) + 4
             now = trio.current_time()  # every packet of a frame arrived together
@@ -1149,9 +1164,10 @@ class Node:
         that left after it."""
         det = self.detector
         assert det is not None
-        heard, self._heard = self._heard, set()
-        for node in heard:
-            self._on_detector(det.heard(node, now), now)
+        heard = list(self._heard.items())
+        self._heard.clear()  # in place: every frame reader holds this very dict
+        for node, version in heard:
+            self._on_detector(det.heard(node, now, version=version), now)
 
     def _detector_round(self, now: float) -> None:
         """Report the peers heard from since the last report, then run a round."""

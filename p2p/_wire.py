@@ -11,8 +11,12 @@ whose first element is a type tag.
 =======  ====================================================  ==============================
 Item     CBOR                                                  Checks
 =======  ====================================================  ==============================
-body     ``[version, [packet, ...]]``                          version == 1; 1..max_packets
+body     ``[version, [packet, ...]]``                          version == 2; 1..max_packets
+         or ``[version, [packet, ...], alive]``                1..max_packets
          or ``[version, [packet, ...], exchange]``             0..max_packets
+         or ``[version, [packet, ...], alive, exchange]``      0..max_packets
+alive    unsigned integer                                      < 2**64: the sender's detector
+                                                               version (piggybacked)
 exchange ``[reply: bool, [record: bytes, ...]]``               1..max_records, each 1..
                                                                max_record bytes
 PUB      ``[0, round, topic, [message, ...], dests]``          <= max_round_messages; payload
@@ -44,6 +48,12 @@ DET      ``[4, detector message]``                             ``vcube.decode_de
                                                                fields, <= max_detector_entries
 LEAVE    ``[5, incarnation: ctr]``                             the sender leaves gracefully
 =======  ====================================================  ==============================
+
+*alive* is the sender's failure-detector version (``vcube.Detector.version``)
+when the frame was encoded, carried by every frame of a node that runs a
+detector: the receiver's detector takes the frame as a sign of life *and*
+learns whether the sender has news, so a pull target whose data traffic shows
+a version already synced needs no probe (``Detector.heard``).
 
 An *exchange* is runtime-level peer exchange (static seeds, networks without
 multicast): signed discovery records, checked by the receiver with
@@ -104,10 +114,12 @@ __all__ = [
     "decode_packets",
     "encode_packets",
     "frame",
+    "uint_size",
 ]
 
-PROTOCOL_VERSION: Final = 1
-"""Version of the body layout; a peer speaking another version is refused."""
+PROTOCOL_VERSION: Final = 2
+"""Version of the body layout; a peer speaking another version is refused.
+(2: the optional *alive* element, the sender's detector version.)"""
 
 PREFIX_BYTES: Final = 4
 """Bytes of the big-endian length prefix of a frame."""
@@ -429,9 +441,11 @@ def encode_packets(
     packets: Sequence[Packet | Bundle],
     exchange: PeerExchange | None = None,
     control: Sequence[Control] = (),
+    alive: int | None = None,
 ) -> bytes:
     """One frame body: the protocol version and ``packets``, bundles flattened in order,
-    then the ``control`` packets, then ``exchange`` if given.
+    then the ``control`` packets, then ``alive`` (the sender's detector version)
+    and ``exchange`` if given.
 
     The packets come from the local core and are trusted; :func:`decode_frame`
     is where the receiver checks them.
@@ -444,16 +458,24 @@ def encode_packets(
             parts.append(_e_packet(p))
     parts.extend(map(_e_control, control))
     body = [
-        b"\x82" if exchange is None else b"\x83",
+        _e_array(2 + (alive is not None) + (exchange is not None)),
         _e_int(PROTOCOL_VERSION),
         _e_array(len(parts)),
     ]
     body += parts
+    if alive is not None:
+        body.append(_e_int(alive))
     if exchange is not None:
         records = exchange.records
         body += (b"\x82", _e_bool(exchange.reply), _e_array(len(records)))
         body += map(_e_bytes, records)
     return b"".join(body)
+
+
+def uint_size(v: int) -> int:
+    """Bytes of the shortest CBOR encoding of the unsigned integer ``v`` (what an
+    *alive* element adds to a body)."""
+    return 1 if v < 24 else 2 if v < 0x100 else 3 if v < 0x10000 else 5 if v < 1 << 32 else 9
 
 
 def frame(body: bytes) -> bytes:
@@ -465,7 +487,7 @@ def frame(body: bytes) -> bytes:
 
 # ------------------------------------------------------------------ decoding
 #
-# Two decoders.  The *checked* one (:func:`_decode_checked`) is the reference:
+# Two decoders.  The *checked* one (:func:`_decode_tree`) is the reference:
 # it scans the raw bytes, lets ``cbor2`` build the tree, checks every value
 # against the schema, and its errors say what is wrong.  The *direct* one
 # (:func:`_decode_direct`) reads the frames the runtime exchanges all the time
@@ -717,9 +739,10 @@ def _dests_at(b: bytes, p: int, lim: WireLimits) -> tuple[tuple[int, ...], int]:
     return tuple(dests), p
 
 
-def _decode_direct(body: bytes, lim: WireLimits) -> list[Packet] | None:
-    """The packets of ``body`` if it holds only PUB rounds and plain ACKs (no view, no
-    bounds) and no peer exchange, all valid; ``None``: leave it to the checked decoder."""
+def _decode_direct(body: bytes, lim: WireLimits) -> Body | None:
+    """The packets and *alive* of ``body`` if it holds only PUB rounds and plain ACKs
+    (no view, no bounds) and no peer exchange, all valid; ``None``: leave it to
+    the checked decoder."""
     if type(body) is not bytes:
         return None
     try:
@@ -728,8 +751,9 @@ def _decode_direct(body: bytes, lim: WireLimits) -> list[Packet] | None:
         return None
 
 
-def _direct(b: bytes, lim: WireLimits) -> list[Packet]:
-    if b[0] != 0x82 or b[1] != PROTOCOL_VERSION:  # [version, packets]: no exchange
+def _direct(b: bytes, lim: WireLimits) -> Body:
+    # [version, packets] or [version, packets, alive]: no exchange
+    if b[1] != PROTOCOL_VERSION or not 0x82 <= b[0] <= 0x83:
         raise _GiveUpError
     count, p = _arg(b, 2, 0x80)
     if not 0 < count <= lim.max_packets:
@@ -758,11 +782,16 @@ def _direct(b: bytes, lim: WireLimits) -> list[Packet]:
             raise _GiveUpError
         if items > lim.max_items:
             raise _GiveUpError
+    alive = None
+    if b[0] == 0x83:
+        alive, p = _arg(b, p, 0x00)
+        if items == lim.max_items:
+            raise _GiveUpError
     if p != len(b):
         raise _GiveUpError
     for messages, start, stop in spans:  # a relay forwards them as they came
         _remember(messages, b[start:stop])
-    return packets
+    return Body(packets, alive=alive)
 
 
 def _scan(body: bytes, max_items: int) -> None:
@@ -970,11 +999,13 @@ def decode_packets(body: bytes, limits: WireLimits) -> list[Packet]:
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A decoded frame body: core packets, control packets and a peer exchange."""
+    """A decoded frame body: core packets, control packets, a peer exchange and
+    the sender's detector version (*alive*, ``None`` if the frame has none)."""
 
     packets: list[Packet]
     exchange: PeerExchange | None = None
     control: tuple[Control, ...] = ()
+    alive: int | None = None
 
 
 def decode_frame(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExchange | None]:
@@ -998,9 +1029,9 @@ def decode_body(body: bytes, limits: WireLimits) -> Body:
     """
     if len(body) > limits.max_frame:
         raise WireError(f"body of {len(body)} bytes exceeds max_frame={limits.max_frame}")
-    packets = _decode_direct(body, limits)
-    if packets is not None:
-        return Body(packets)
+    decoded = _decode_direct(body, limits)
+    if decoded is not None:
+        return decoded
     return _decode_tree(body, limits)
 
 
@@ -1016,14 +1047,6 @@ def _d_control(raw: list[object], lim: WireLimits) -> Control:
         raise WireError(f"DET: {exc}") from None
 
 
-def _decode_checked(body: bytes, limits: WireLimits) -> tuple[list[Packet], PeerExchange | None]:
-    """:func:`decode_frame` by the reference rules (what the direct decoder must match)."""
-    decoded = _decode_tree(body, limits)
-    if decoded.control:
-        raise WireError("unexpected control packet in a packets-only body")
-    return decoded.packets, decoded.exchange
-
-
 def _decode_tree(body: bytes, limits: WireLimits) -> Body:
     """:func:`decode_body` by the reference rules: scan, ``cbor2``, schema checks."""
     _scan(body, limits.max_items)
@@ -1032,15 +1055,15 @@ def _decode_tree(body: bytes, limits: WireLimits) -> Body:
     except (cbor2.CBORDecodeError, ValueError) as exc:  # e.g. a text string that is not UTF-8
         raise WireError(f"undecodable body: {exc}") from None
     parts = _array(tree, "body")
-    if len(parts) not in (2, 3):
-        raise WireError(f"body: expected 2 or 3 elements, got {len(parts)}")
+    if len(parts) not in (2, 3, 4):
+        raise WireError(f"body: expected 2 to 4 elements, got {len(parts)}")
     version = parts[0]
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise WireError(
             f"unsupported protocol version {version!r} (this node speaks {PROTOCOL_VERSION})"
         )
     raw = _array(parts[1], "packets", limit=limits.max_packets)
-    exchange = _d_exchange(parts[2], limits) if len(parts) == 3 else None
+    alive, exchange = _d_tail(parts[2:], limits)
     if not raw and exchange is None:
         raise WireError("frame without packets")
     packets: list[Packet] = []
@@ -1050,7 +1073,16 @@ def _decode_tree(body: bytes, limits: WireLimits) -> Body:
             control.append(_d_control(p, limits))
         else:
             packets.append(_d_packet(p, limits))
-    return Body(packets, exchange, tuple(control))
+    return Body(packets, exchange, tuple(control), alive)
+
+
+def _d_tail(tail: list[object], lim: WireLimits) -> tuple[int | None, PeerExchange | None]:
+    """*alive* and the exchange after the packets: ``[]``, ``[alive]``, ``[exchange]``
+    or ``[alive, exchange]``."""
+    alive = None
+    if len(tail) == 2 or (tail and type(tail[0]) is not list):
+        alive = _node(tail.pop(0), "alive")
+    return alive, _d_exchange(tail[0], lim) if tail else None
 
 
 def _d_exchange(v: object, lim: WireLimits) -> PeerExchange:

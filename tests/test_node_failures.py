@@ -399,3 +399,46 @@ def test_hint_about_a_live_peer_probes_it_and_suspects_nothing(tmp_path: Path) -
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_data_frames_carry_the_detector_version_and_spare_probes(tmp_path: Path) -> None:
+    """Piggybacking: every frame carries its sender's detector version, so while
+    publications and their ACKs flow between two nodes neither probes the other
+    (their traffic shows a version already synced); once the traffic stops,
+    probes resume: about one per round between the two, since a probe is itself
+    a sign of life to the node it reaches."""
+    idents = _fleet(tmp_path, 2)
+
+    def probes(nodes: list[Node]) -> int:
+        return sum(n.detector.stats.probes for n in nodes if n.detector is not None)
+
+    async def publish(node: Node, until: float) -> None:
+        while trio.current_time() < until:
+            await node.publish("t", b"x")
+            await trio.sleep(0.02)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            c = Cluster(nursery, idents)
+            a, b = await _start(c, 2)
+            got: list[Delivery] = []
+            with trio.fail_after(20):
+                for node in (a, b):
+                    nursery.start_soon(_collect, await node.subscribe("t"), got)
+            busy_end = trio.current_time() + 3.0
+            nursery.start_soon(publish, a, busy_end)
+            await trio.sleep(1.0)  # the versions of the join settle
+            before = probes([a, b])
+            await trio.sleep(busy_end - trio.current_time())
+            busy = probes([a, b]) - before
+            await trio.sleep(0.5)
+            before = probes([a, b])
+            await trio.sleep(2.0)  # 10 rounds
+            idle = probes([a, b]) - before
+            assert busy <= 2, f"{busy} probes in 10 rounds of traffic"
+            assert idle >= 5, f"only {idle} probes in 10 idle rounds"
+            assert len(got) >= 2 * 50  # both delivered a steady stream
+            assert a.stats["suspicions"] == b.stats["suspicions"] == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -26,16 +26,19 @@ from p2p._wire import (
     COUNTER_LIMIT,
     NODE_LIMIT,
     PROTOCOL_VERSION,
+    Body,
     FrameReader,
     PeerExchange,
     WireError,
     WireLimits,
-    _decode_checked,
     _decode_direct,
+    _decode_tree,
+    decode_body,
     decode_frame,
     decode_packets,
     encode_packets,
     frame,
+    uint_size,
 )
 from topics import (
     Ack,
@@ -119,15 +122,17 @@ def pub(payload: bytes = b"x" * 64, deps: tuple[MsgId, ...] = (MsgId(5, 1, 2),))
 # ---------------------------------------------------------------- round trips
 
 
-@given(st.lists(items, min_size=1, max_size=5))
-def test_round_trip(seq: list[Packet | Bundle]) -> None:
-    body = encode_packets(seq)
-    assert decode_packets(body, LIMITS) == flatten(seq)
+@given(st.lists(items, min_size=1, max_size=5), st.none() | st.integers(0, NODE_LIMIT - 1))
+def test_round_trip(seq: list[Packet | Bundle], alive: int | None) -> None:
+    body = encode_packets(seq, alive=alive)
+    assert decode_body(body, LIMITS) == Body(flatten(seq), alive=alive)
     assert FrameReader(LIMITS).feed(frame(body)) == [body]
     direct = _decode_direct(body, LIMITS)
-    assert direct is None or direct == flatten(seq)
+    assert direct is None or direct == Body(flatten(seq), alive=alive)
     if all(isinstance(p, PubRound) or p == Ack(p.round, p.topic) for p in flatten(seq)):
         assert direct is not None  # the runtime's usual frames take the direct decoder
+    if alive is not None:
+        assert len(body) == len(encode_packets(seq)) + uint_size(alive)
 
 
 def cbor_tree(p: Packet) -> list[object]:
@@ -157,16 +162,21 @@ def cbor_tree(p: Packet) -> list[object]:
     | st.builds(
         PeerExchange, st.lists(st.binary(), min_size=1, max_size=3).map(tuple), st.booleans()
     ),
+    st.none() | st.integers(0, NODE_LIMIT - 1),
 )
-def test_encoding_is_cbor2s(seq: list[Packet | Bundle], exchange: PeerExchange | None) -> None:
+def test_encoding_is_cbor2s(
+    seq: list[Packet | Bundle], exchange: PeerExchange | None, alive: int | None
+) -> None:
     """The hand-written encoder writes exactly the bytes ``cbor2.dumps`` writes for the tree,
     whether a round's messages were encoded before (cached) or not."""
     tree: list[object] = [PROTOCOL_VERSION, [cbor_tree(p) for p in flatten(seq)]]
+    if alive is not None:
+        tree.append(alive)
     if exchange is not None:
         tree.append([exchange.reply, list(exchange.records)])
     _ENCODED.clear()
-    assert encode_packets(seq, exchange) == cbor2.dumps(tree)
-    assert encode_packets(seq, exchange) == cbor2.dumps(tree)
+    assert encode_packets(seq, exchange, alive=alive) == cbor2.dumps(tree)
+    assert encode_packets(seq, exchange, alive=alive) == cbor2.dumps(tree)
 
 
 def test_encoding_of_values_the_core_never_sends_is_cbor2s() -> None:
@@ -293,40 +303,49 @@ def test_hand_written_bodies_are_valid() -> None:
     )
 
 
+V = PROTOCOL_VERSION
+
 REJECT: dict[str, tuple[bytes, str]] = {
     # framing of the body itself
     "empty body": (b"", "truncated"),
     "truncated": (body(pub_raw())[:-1], "truncated|exceeds"),
-    "truncated head": (b"\x82\x01\x19\x01", "truncated"),
+    "truncated head": (b"\x82\x02\x19\x01", "truncated"),
     "trailing garbage": (body(pub_raw()) + b"\x00", "trailing"),
     "not an array": (cbor2.dumps(1), "body"),
-    "body of 4": (cbor2.dumps([1, [pub_raw()], [False, [b"r"]], 0]), "body"),
-    "exchange not an array": (cbor2.dumps([1, [pub_raw()], 0]), "exchange"),
-    "exchange reply not bool": (cbor2.dumps([1, [], [1, [b"r"]]]), "exchange.reply"),
-    "exchange without records": (cbor2.dumps([1, [], [True, []]]), "without records"),
-    "exchange record not bytes": (cbor2.dumps([1, [], [True, ["r"]]]), "exchange.record"),
-    "exchange record empty": (cbor2.dumps([1, [], [True, [b""]]]), "exchange.record"),
-    "exchange record too big": (cbor2.dumps([1, [], [True, [b"r" * 101]]]), "exchange.record"),
-    "exchange too many records": (cbor2.dumps([1, [], [True, [b"r"] * 4]]), "limit of 3"),
-    "unknown version": (body(pub_raw(), version=2), "version"),
+    "body of 5": (cbor2.dumps([V, [pub_raw()], 0, [False, [b"r"]], 0]), "body"),
+    "alive after exchange": (cbor2.dumps([V, [pub_raw()], [False, [b"r"]], 0]), "alive"),
+    "alive negative": (cbor2.dumps([V, [pub_raw()], -1]), "alive"),
+    "alive too big": (cbor2.dumps([V, [pub_raw()], 1 << 64]), "tag"),
+    "alive not an int": (cbor2.dumps([V, [pub_raw()], "1"]), "alive"),
+    "alive a bool": (cbor2.dumps([V, [pub_raw()], True]), "alive"),
+    "alive, no packets": (cbor2.dumps([V, [], 3]), "without packets"),
+    "exchange not an array": (cbor2.dumps([V, [pub_raw()], 0, 0]), "exchange"),
+    "exchange reply not bool": (cbor2.dumps([V, [], [1, [b"r"]]]), "exchange.reply"),
+    "exchange without records": (cbor2.dumps([V, [], [True, []]]), "without records"),
+    "exchange record not bytes": (cbor2.dumps([V, [], [True, ["r"]]]), "exchange.record"),
+    "exchange record empty": (cbor2.dumps([V, [], [True, [b""]]]), "exchange.record"),
+    "exchange record too big": (cbor2.dumps([V, [], [True, [b"r" * 101]]]), "exchange.record"),
+    "exchange too many records": (cbor2.dumps([V, [], [True, [b"r"] * 4]]), "limit of 3"),
+    "unknown version": (body(pub_raw(), version=V + 1), "version"),
+    "version 1 (no alive)": (body(pub_raw(), version=1), "version"),
     "bool version": (body(pub_raw(), version=True), "version"),
     "no packets": (body(), "without packets"),
     "too many packets": (body(*[pub_raw()] * 5), "packets"),
     # CBOR outside the subset
-    "map": (cbor2.dumps([1, [{"k": 1}]]), "map"),
-    "tag": (cbor2.dumps([1, [cbor2.CBORTag(6, 1)]]), "tag"),
-    "bignum tag": (b"\x82\x01\x81\x85\xc2\x41\x00" + body(pub_raw())[4:], "tag"),
+    "map": (cbor2.dumps([V, [{"k": 1}]]), "map"),
+    "tag": (cbor2.dumps([V, [cbor2.CBORTag(6, 1)]]), "tag"),
+    "bignum tag": (b"\x82\x02\x81\x85\xc2\x41\x00" + body(pub_raw())[4:], "tag"),
     "float": (cbor2.dumps([1.0, [pub_raw()]]), "float"),
-    "null": (cbor2.dumps([1, [None]]), "simple"),
+    "null": (cbor2.dumps([V, [None]]), "simple"),
     "indefinite array": (b"\x9f\x01\xff", "indefinite"),
-    "indefinite bytes": (b"\x82\x01\x81\x5f\x41\x00\xff", "indefinite"),
+    "indefinite bytes": (b"\x82\x02\x81\x5f\x41\x00\xff", "indefinite"),
     "non-shortest int": (b"\x82\x18\x01\x80", "shortest"),
-    "non-shortest length": (b"\x82\x01\x98\x01" + cbor2.dumps(pub_raw()), "shortest"),
-    "length beyond body": (b"\x82\x01\x9a\x00\x01\x00\x00\x00", "exceeds"),
-    "string beyond body": (b"\x82\x01\x5a\xff\xff\xff\xff", "exceeds"),
-    "too deep": (cbor2.dumps([1, [pub_raw(messages=[msg_raw(deps=[[[1]]])])]]), "deeper"),
+    "non-shortest length": (b"\x82\x02\x98\x01" + cbor2.dumps(pub_raw()), "shortest"),
+    "length beyond body": (b"\x82\x02\x9a\x00\x01\x00\x00\x00", "exceeds"),
+    "string beyond body": (b"\x82\x02\x5a\xff\xff\xff\xff", "exceeds"),
+    "too deep": (cbor2.dumps([V, [pub_raw(messages=[msg_raw(deps=[[[1]]])])]]), "deeper"),
     "invalid utf-8": (
-        b"\x82\x01\x81\x84\x01\x83\x03\x01\x07\x61\xff" + cbor2.dumps(OP),
+        b"\x82\x02\x81\x84\x01\x83\x03\x01\x07\x61\xff" + cbor2.dumps(OP),
         "undecodable",
     ),
     "too many items": (body(pub_raw(dests=list(range(500)))), "max_items"),
@@ -386,7 +405,8 @@ def test_peer_exchange_round_trip() -> None:
     packets = [pub()]
     assert decode_frame(encode_packets(packets, ex), LIMITS) == (packets, ex)
     assert decode_frame(encode_packets([], ex), LIMITS) == ([], ex)
-    assert cbor2.loads(encode_packets([], ex)) == [1, [], [True, [b"a" * 1200, b"b"]]]
+    assert cbor2.loads(encode_packets([], ex)) == [V, [], [True, [b"a" * 1200, b"b"]]]
+    assert decode_body(encode_packets([], ex, alive=7), LIMITS) == Body([], ex, alive=7)
     with pytest.raises(WireError, match="unexpected peer exchange"):
         decode_packets(encode_packets(packets, ex), LIMITS)
 
@@ -469,7 +489,8 @@ def seeds() -> list[bytes]:
         [Ack(rid, "t", (op, ViewEntry(1, 0, 0, False)), (Bound(1, 2, 3),))],
         [Bundle((pub(), Ack(rid, "t"))), Sub(rid, "z", op)],
     ]
-    return [frame(encode_packets(s)) for s in sample]
+    alives = (None, 0, 23, 300, 1 << 40)  # the piggybacked detector version, in each head size
+    return [frame(encode_packets(s, alive=a)) for s in sample for a in alives]
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:
@@ -500,21 +521,22 @@ def only_wire_errors(data: bytes, limits: WireLimits = FUZZ_LIMITS) -> int:
     for candidate in (data, data[4:]):
         direct = _decode_direct(candidate, limits)
         try:
-            checked: tuple[list[Packet], PeerExchange | None] | None
-            checked = _decode_checked(candidate, limits)
+            checked: Body | None = _decode_tree(candidate, limits)
         except WireError:
             checked = None
         # the direct decoder accepts only what the checked one accepts, as the same packets
-        assert direct is None or checked == (direct, None)
+        assert direct is None or checked == direct
         try:
-            decoded = decode_packets(candidate, limits)
+            decoded = decode_body(candidate, limits)
         except WireError:
+            continue
+        if decoded.control or decoded.exchange is not None:
             continue
         accepted += 1
         # strictness: an accepted body is the one canonical encoding of its packets
         # (encoded from the packets, not from the bytes the decoder filed for relaying)
         _ENCODED.clear()
-        assert encode_packets(decoded) == candidate
+        assert encode_packets(decoded.packets, alive=decoded.alive) == candidate
     reader = FrameReader(limits)
     try:
         for i in range(0, len(data), 7):
@@ -533,7 +555,7 @@ def fuzz(
 
 
 def test_fuzz_random_bytes() -> None:
-    prefix = [b"", b"\x82\x01", b"\x82\x01\x81", b"\x82\x01\x81\x85\x00"]
+    prefix = [b"", b"\x82\x02", b"\x82\x02\x81", b"\x82\x02\x81\x85\x00"]
 
     def make(rng: random.Random) -> bytes:
         return rng.choice(prefix) + rng.randbytes(rng.randint(0, 64))
@@ -602,7 +624,8 @@ def direct_seeds() -> list[bytes]:
         [PubRound(rid, "é/b", mixed, ()), Ack(RoundId(4, 0, 23), "t")],
         [Ack(rid, "abc"), PubRound(RoundId(0, 0, 0), "t", (), (0,))],
     ]
-    return [frame(encode_packets(s)) for s in sample]
+    alives = (None, 0, 23, 300, 1 << 40)  # the piggybacked detector version, in each head size
+    return [frame(encode_packets(s, alive=a)) for s in sample for a in alives]
 
 
 DIRECT_LIMITS = WireLimits(
