@@ -475,7 +475,7 @@ def encode_packets(
 def uint_size(v: int) -> int:
     """Bytes of the shortest CBOR encoding of the unsigned integer ``v`` (what an
     *alive* element adds to a body)."""
-    return 1 if v < 24 else 2 if v < 0x100 else 3 if v < 0x10000 else 5 if v < 1 << 32 else 9
+    return len(_e_int(v))
 
 
 def frame(body: bytes) -> bytes:
@@ -785,7 +785,8 @@ def _direct(b: bytes, lim: WireLimits) -> Body:
     alive = None
     if b[0] == 0x83:
         alive, p = _arg(b, p, 0x00)
-        if items == lim.max_items:
+        items += 1
+        if items > lim.max_items:
             raise _GiveUpError
     if p != len(b):
         raise _GiveUpError
@@ -1081,7 +1082,7 @@ def _d_tail(tail: list[object], lim: WireLimits) -> tuple[int | None, PeerExchan
     or ``[alive, exchange]``."""
     alive = None
     if len(tail) == 2 or (tail and type(tail[0]) is not list):
-        alive = _node(tail.pop(0), "alive")
+        alive, tail = _node(tail[0], "alive"), tail[1:]
     return alive, _d_exchange(tail[0], lim) if tail else None
 
 
