@@ -64,11 +64,13 @@ from p2p._liveness import (
     next_incarnation,
     record_incarnation,
 )
+from p2p._membership import RecordGossip, records_digest
 from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
 from p2p._wire import (
     Control,
     FrameReader,
     Leave,
+    Members,
     PeerExchange,
     WireError,
     WireLimits,
@@ -453,6 +455,8 @@ class _Link:
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.node.config.max_backoff)
                 continue
+            if self.node.record:  # introduce this node: the peer may not know its address
+                self.outbox.appendleft(PeerExchange((self.node.record,)))
             opened = trio.current_time()
             self.node.connections += 1
             try:
@@ -562,6 +566,10 @@ class _Link:
 
 _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
+_DIGEST_REFRESH = 10
+"""Detector rounds between two membership digests to the same node when nothing changed."""
+_DIGEST_RESYNC = 3
+"""Detector rounds before answering the same peer's differing digest with records again."""
 _LASTED = 1.0
 """Seconds a connection must have lasted for its loss to reset a link's backoff."""
 
@@ -621,6 +629,11 @@ class Node:
         """Peers a frame came from since the detector last heard of it, with the
         newest detector version their frames carried (``None``: none did); one
         dict write per frame, handed over by :meth:`_detector_flush`."""
+        self._gossip = RecordGossip(
+            refresh=_DIGEST_REFRESH * config.detector_interval,
+            resync=_DIGEST_RESYNC * config.detector_interval,
+        )
+        """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self._detector_wake: trio.CancelScope | None = None
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
@@ -775,17 +788,16 @@ class Node:
             self._learn_member(peer.node_id, inc)
         return True
 
-    def remove_peer(self, node_id: int) -> None:
-        """A peer left (discovery saw its service go): forgotten, treated as crashed."""
-        peer = self.peers.pop(node_id, None)
-        if peer is None:
-            return
-        self._left[node_id] = peer
-        inc = self._incs.get(node_id, 0)
-        now = trio.current_time()
-        if self.detector is not None:
-            self._on_detector(self.detector.leave(node_id, inc, now), now)
-        self._down(node_id, inc, "left", now)
+    def peer_gone(self, node_id: int) -> None:
+        """Discovery saw ``node_id``'s service go (an mDNS goodbye): only a hint.
+
+        Anyone on the LAN can send a goodbye for any name, so it never evicts:
+        the detector probes the node now, and only unanswered probes make a
+        suspicion (a member leaves by its own authenticated LEAVE or by the
+        detector's verdict, DESIGN.md §5)."""
+        if node_id in self._alive:
+            log.info("mDNS goodbye for %016x: probing it (a hint, not an eviction)", node_id)
+            self._unreachable(node_id)
 
     def _learn_member(self, node: int, inc: int) -> None:
         """Membership learnt ``node`` at ``inc``: the detector decides (a new member,
@@ -819,6 +831,7 @@ class Node:
         if inc <= self._dead.get(node, -1):
             return
         self._dead[node] = inc
+        self._gossip.forget(node)
         if node in self._alive and self._incs.get(node, 0) <= inc:
             self._alive.discard(node)
             self._drop_link(node)
@@ -998,13 +1011,21 @@ class Node:
         to this node's VCube neighbours (not back to ``sender``), so a join
         floods the overlay once, and a reply goes only where one was asked.
         """
-        news = [r for r in exchange.records if self.add_peer(self.verify(r))]
+        held = {p.record for p in self.peers.values()}  # known bytes need no signature check
+        news = [r for r in exchange.records if r not in held and self.add_peer(self.verify(r))]
         self.stats["records_learned"] += len(news)
         if exchange.reply:
             if sender in self.peers:
                 self._link(sender).put_exchange(self.known_records(), reply=False)
             else:
                 log.warning("peer %016x asked for records without sending its own", sender)
+        self._spread(news, sender)
+
+    def _spread(self, news: list[bytes], sender: int | None) -> None:
+        """Pass records new to this node on to its VCube neighbours (not back to
+        ``sender``): each node forwards a record once, so a join floods the
+        overlay once.  Anti-entropy (:meth:`_send_digests`) covers what a flood
+        over differing views misses."""
         if news:  # add_peer has already given the core the new view
             for neighbour in self.core.overlay.children(self.id, self.id):
                 if neighbour != sender:
@@ -1116,8 +1137,28 @@ class Node:
         for c in control:
             if isinstance(c, Leave):
                 self._on_leave(sender, c.incarnation, now)
+            elif isinstance(c, Members):
+                self._on_members(sender, c.digest, now)
             elif self.detector is not None:
                 self._on_detector(self.detector.receive(sender, c, now), now)
+
+    def _on_members(self, sender: int, digest: int, now: float) -> None:
+        """``sender`` holds records with ``digest``: if ours differ, send ours and
+        ask for its own (both then hold the union, ``p2p._membership``)."""
+        if sender not in self.peers:
+            return  # its introduction has not arrived: nowhere to answer yet
+        mine = records_digest(self.known_records())
+        if self._gossip.answer(sender, digest, mine, now):
+            self._link(sender).put_exchange(self.known_records(), reply=True)
+
+    def _send_digests(self, now: float) -> None:
+        """Tell the monitored nodes our records' digest, when it changed since we
+        last told them or every ``_DIGEST_REFRESH`` rounds."""
+        assert self.detector is not None
+        digest = records_digest(self.known_records())
+        for node in self._gossip.due(self.detector.monitored(), digest, now):
+            if node in self._alive:
+                self._link(node).put_control(Members(digest))
 
     def _on_leave(self, sender: int, inc: int, now: float) -> None:
         """``sender``'s incarnation ``inc`` leaves: forgotten, not suspected."""
@@ -1174,6 +1215,7 @@ class Node:
         assert self.detector is not None
         self._detector_flush(now)
         self._on_detector(self.detector.tick(now), now)
+        self._send_digests(now)
 
     def _unreachable(self, node: int) -> None:
         """A hint from a link: the connection to ``node`` broke and re-dialling
@@ -1264,9 +1306,10 @@ class Node:
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():
             if event.kind == "up":
-                self.add_peer(event.peer)
+                if self.add_peer(event.peer):
+                    self._spread([event.peer.record], None)
             else:
-                self.remove_peer(event.peer.node_id)
+                self.peer_gone(event.peer.node_id)
 
     async def _drain(self) -> None:
         """Give queued packets ``drain_timeout`` to leave; report what stays behind."""

@@ -39,7 +39,7 @@ node     unsigned integer                                      < 2**64
 ctr      unsigned integer                                      < 2**63
 =======  ====================================================  ==============================
 
-Two runtime-level *control* packets share the packets array (the core never
+Three runtime-level *control* packets share the packets array (the core never
 sees them):
 
 =======  ====================================================  ==============================
@@ -47,6 +47,8 @@ DET      ``[4, detector message]``                             ``vcube.decode_de
                                                                Probe, Reply or Push, uint64
                                                                fields, <= max_detector_entries
 LEAVE    ``[5, incarnation: ctr]``                             the sender leaves gracefully
+MEMBERS  ``[6, digest: node]``                                 digest of the sender's member
+                                                               records (``p2p._membership``)
 =======  ====================================================  ==============================
 
 *alive* is the sender's failure-detector version (``vcube.Detector.version``)
@@ -106,6 +108,7 @@ __all__ = [
     "Control",
     "FrameReader",
     "Leave",
+    "Members",
     "decode_body",
     "PeerExchange",
     "decode_frame",
@@ -133,7 +136,7 @@ COUNTER_LIMIT: Final = 1 << 63
 MAX_DEPTH: Final = 7
 """Deepest array nesting of a valid body: body, packets, packet, messages, message, deps, id."""
 
-_PUB, _SUB, _UNS, _ACK, _DET, _LEAVE = 0, 1, 2, 3, 4, 5
+_PUB, _SUB, _UNS, _ACK, _DET, _LEAVE, _MEMBERS = 0, 1, 2, 3, 4, 5, 6
 
 
 class WireError(P2PError):
@@ -426,14 +429,26 @@ class Leave:
     incarnation: int
 
 
-Control = Probe | Reply | Push | Leave
+@dataclass(frozen=True, slots=True)
+class Members:
+    """A digest of the membership records the sender holds (anti-entropy,
+    ``p2p._membership``): a receiver holding a different set answers with its
+    records, so one-way discovery heals in both directions."""
+
+    digest: int
+
+
+Control = Probe | Reply | Push | Leave | Members
 """Runtime-level packets that travel with the core's but never reach it."""
 
 
 def _e_control(c: Control) -> bytes:
-    """``[4, detector message]`` or ``[5, incarnation]``, canonical CBOR (cbor2's)."""
+    """``[4, detector message]``, ``[5, incarnation]`` or ``[6, digest]``,
+    canonical CBOR (cbor2's)."""
     if isinstance(c, Leave):
         return b"\x82" + _e_int(_LEAVE) + _e_int(c.incarnation)
+    if isinstance(c, Members):
+        return b"\x82" + _e_int(_MEMBERS) + _e_int(c.digest)
     return b"\x82" + _e_int(_DET) + cbor2.dumps(_detector_tree(c))
 
 
@@ -1037,10 +1052,13 @@ def decode_body(body: bytes, limits: WireLimits) -> Body:
 
 
 def _d_control(raw: list[object], lim: WireLimits) -> Control:
-    """A DET or LEAVE packet (tag already read); :class:`WireError` if malformed."""
+    """A DET, LEAVE or MEMBERS packet (tag already read); :class:`WireError` if malformed."""
     if raw[0] == _LEAVE:
         _, inc = _array(raw, "LEAVE", 2)
         return Leave(_ctr(inc, "LEAVE.incarnation"))
+    if raw[0] == _MEMBERS:
+        _, digest = _array(raw, "MEMBERS", 2)
+        return Members(_node(digest, "MEMBERS.digest"))
     _, msg = _array(raw, "DET", 2)
     try:
         return decode_detector(msg, max_entries=lim.max_detector_entries)
@@ -1070,7 +1088,7 @@ def _decode_tree(body: bytes, limits: WireLimits) -> Body:
     packets: list[Packet] = []
     control: list[Control] = []
     for p in raw:
-        if type(p) is list and p and p[0] in (_DET, _LEAVE) and type(p[0]) is int:
+        if type(p) is list and p and p[0] in (_DET, _LEAVE, _MEMBERS) and type(p[0]) is int:
             control.append(_d_control(p, limits))
         else:
             packets.append(_d_packet(p, limits))

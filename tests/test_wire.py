@@ -28,6 +28,7 @@ from p2p._wire import (
     PROTOCOL_VERSION,
     Body,
     FrameReader,
+    Members,
     PeerExchange,
     WireError,
     WireLimits,
@@ -409,6 +410,29 @@ def test_peer_exchange_round_trip() -> None:
     assert decode_body(encode_packets([], ex, alive=7), LIMITS) == Body([], ex, alive=7)
     with pytest.raises(WireError, match="unexpected peer exchange"):
         decode_packets(encode_packets(packets, ex), LIMITS)
+
+
+@pytest.mark.parametrize("digest", [0, 23, 24, 255, 1 << 32, NODE_LIMIT - 1])
+def test_members_digest_round_trip(digest: int) -> None:
+    raw = encode_packets([], control=[Members(digest)], alive=3)
+    assert cbor2.loads(raw) == [V, [[6, digest]], 3]
+    assert decode_body(raw, LIMITS) == Body([], None, (Members(digest),), 3)
+
+
+@pytest.mark.parametrize(
+    ("members", "match"),
+    [
+        ([6], "MEMBERS"),
+        ([6, 1, 2], "MEMBERS"),
+        ([6, -1], "MEMBERS.digest"),
+        ([6, NODE_LIMIT], "CBOR tag"),  # a bignum: refused by the scan
+        ([6, True], "MEMBERS.digest"),
+        ([6, b"x"], "MEMBERS.digest"),
+    ],
+)
+def test_members_digest_rejects(members: list[object], match: str) -> None:
+    with pytest.raises(WireError, match=match):
+        decode_body(body(members), LIMITS)
 
 
 def test_decode_rejects_oversize_body() -> None:

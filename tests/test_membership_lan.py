@@ -1,0 +1,162 @@
+"""Membership that a LAN cannot break (issue 19), on real ``p2p node`` processes.
+
+Each test runs five real nodes on 127.0.0.1 with real mDNS (a service type of
+its own, so concurrent runs do not meet), real TCP and the fleet's security,
+then checks the merged traces with the simulator's checks and the
+completeness rule of ``tests/test_system_netns.py``: every subscriber
+delivers, exactly once and in order, every publication made after its
+subscription was confirmed, and enough publications come after every
+subscription was confirmed that the check is not vacuous.  No node may be
+suspected, evicted or restart itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from test_system_netns import NodeRun, Plan, Role, load_traces, make_fleet, tails, trace_problems
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+BAD_SIGNS = ("suspect ", "back as incarnation", "Traceback")
+"""stderr of a healthy run has none of these (a suspicion, a self-restart, a
+crash); graceful leaves at the end of ``--duration`` are fine."""
+
+
+def _service_type() -> str:
+    return f"_m{os.getpid() % 100000}{time.monotonic_ns() % 1000}._tcp.local."
+
+
+def _argv(node: NodeRun, *extra: str, count: int, rate: float, duration: float) -> list[str]:
+    subs = [a for t in node.role.subscribe for a in ("--subscribe", t)]
+    pub = ["--publish", node.role.publish, "--count", str(count), "--rate", str(rate)]
+    return [
+        sys.executable, "-m", "p2p", "node", "--identity", str(node.identity), *subs,
+        *(pub if count else ["--subscribe", node.role.publish, "--count", "0"]),
+        "--duration", str(duration), "--trace", str(node.trace), *extra,
+    ]  # fmt: skip
+
+
+def _start(node: NodeRun, out: Path, argv: list[str]) -> subprocess.Popen[bytes]:
+    node.trace = out / f"node{node.index}.jsonl"
+    node.stderr = out / f"node{node.index}.err"
+    argv[argv.index("--trace") + 1] = str(node.trace)
+    with open(node.stderr, "wb") as err:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def _wait(nodes: Sequence[NodeRun], procs: Sequence[subprocess.Popen[bytes]], bound: float) -> None:
+    deadline = time.monotonic() + bound
+    try:
+        for node, proc in zip(nodes, procs, strict=True):
+            node.returncode = proc.wait(max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pytest.fail("a node outlived its --duration\n" + tails(nodes))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _health(nodes: Sequence[NodeRun]) -> list[str]:
+    problems = [f"node {n.index} exited {n.returncode}" for n in nodes if n.returncode != 0]
+    for n in nodes:
+        text = n.stderr.read_text(errors="replace")
+        problems += [f"node {n.index} logged {s.strip()!r}" for s in BAD_SIGNS if s in text]
+    return problems
+
+
+def _check(nodes: Sequence[NodeRun], plan: Plan) -> None:
+    problems = _health(nodes) + trace_problems(load_traces(nodes), plan)
+    assert not problems, "\n".join(problems) + "\n" + tails(nodes)
+
+
+def test_spoofed_goodbyes_evict_nobody(tmp_path: Path) -> None:
+    """An outsider with no fleet secret multicasts DNS-SD goodbyes for every
+    member's service, five times a second, during a 600-message publication:
+    a goodbye is a hint (a probe), never an eviction, so nothing is lost."""
+    count, rate, duration = 600, 40.0, 40.0
+    roles = [Role("chat")] * 5
+    nodes = make_fleet(tmp_path, roles, psk=True)
+    stype = _service_type()
+    procs = []
+    for n in nodes:
+        publishes = n.index == 0
+        argv = _argv(
+            n, "--service-type", stype, "--settle", "8" if publishes else "3",
+            count=count if publishes else 0, rate=rate, duration=duration,
+        )  # fmt: skip
+        procs.append(_start(n, tmp_path, argv))
+    time.sleep(5)
+    spoof = subprocess.run(
+        [sys.executable, str(HERE / "_spoof_goodbyes.py"), "127.0.0.1", stype, "20"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    _wait(nodes, procs, duration + 30)
+    assert spoof.returncode == 0, spoof.stderr
+    sent = int(spoof.stdout.split()[2])
+    assert sent >= 100, f"the outsider sent only {sent} goodbyes: {spoof.stdout}"
+    plan = Plan({"chat": frozenset({0})}, {"chat": frozenset(range(5))}, count)
+    _check(nodes, plan)
+
+
+def test_seed_only_node_joins_mdns_nodes(tmp_path: Path) -> None:
+    """A node without multicast (``--no-mdns --seed``) starts first and
+    publishes; four mDNS nodes start with it, its seed among them.  Records
+    spread over the overlay, so the other three learn of it (and it of them)
+    within a few detector rounds, not at the seed's next exchange 30 s later."""
+    count, rate, duration = 200, 20.0, 25.0
+    roles = [Role("chat")] * 5
+    nodes = make_fleet(tmp_path, roles, psk=True)
+    stype = _service_type()
+    seed_port = _free_port()
+    procs = [
+        _start(
+            nodes[0], tmp_path,
+            _argv(nodes[0], "--no-mdns", "--seed", f"127.0.0.1:{seed_port}", "--settle", "4",
+                  count=count, rate=rate, duration=duration),
+        )
+    ]  # fmt: skip
+    for n in nodes[1:]:
+        port = ["--port", str(seed_port)] if n.index == 1 else []
+        argv = _argv(n, "--service-type", stype, *port, count=0, rate=rate, duration=duration)
+        procs.append(_start(n, tmp_path, argv))
+    _wait(nodes, procs, duration + 30)
+    plan = Plan({"chat": frozenset({0})}, {"chat": frozenset(range(5))}, count)
+    _check(nodes, plan)
+
+
+def test_nodes_subscribing_before_they_meet(tmp_path: Path) -> None:
+    """Every node subscribes at once (``--settle 0``), before it knows anyone:
+    each subscription is confirmed alone and re-announced as members appear,
+    so every node ends up in every publisher's tree by design."""
+    count, rate, duration = 60, 10.0, 20.0
+    roles = [Role("chat")] * 5
+    nodes = make_fleet(tmp_path, roles, psk=True)
+    stype = _service_type()
+    procs = []
+    for n in nodes:
+        extra = ("--service-type", stype, "--settle", "0")
+        publishes = n.index < 2
+        argv = _argv(n, *extra, count=count if publishes else 0, rate=rate, duration=duration)
+        procs.append(_start(n, tmp_path, argv))
+    _wait(nodes, procs, duration + 30)
+    plan = Plan({"chat": frozenset({0, 1})}, {"chat": frozenset(range(5))}, count)
+    _check(nodes, plan)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
