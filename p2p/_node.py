@@ -634,6 +634,7 @@ class Node:
             resync=_DIGEST_RESYNC * config.detector_interval,
         )
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
+        self._stall_logged = -float("inf")
         self._detector_wake: trio.CancelScope | None = None
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
@@ -659,6 +660,7 @@ class Node:
                 "suspicions",
                 "corrections",
                 "reincarnations",
+                "loop_stalls",
             ),
             0,
         )
@@ -1106,8 +1108,11 @@ class Node:
         round (:meth:`_detector_round`)."""
         peer = session.peer_id
         heard = self._heard
+        alive_set = self._alive
         while (record := await messages.next()) is not None:
             body = decode_body(session.open(record), self._limits)
+            if peer not in alive_set and body.packets:
+                self._restarted_by(peer, body.packets)
             alive = body.alive
             if alive is None:
                 heard.setdefault(peer, None)
@@ -1124,6 +1129,18 @@ class Node:
                 self._on_control(peer, body.control)
             if body.exchange is not None:
                 self._on_exchange(peer, body.exchange)
+
+    def _restarted_by(self, peer: int, packets: list[Packet]) -> None:
+        """Core packets from ``peer``, which this node does not believe up: the
+        rounds it starts name its incarnation, and a newer one than any known
+        is a restart, learnt before the packets reach the core.  Otherwise the
+        answers to them (the ACK of a re-subscription after a false suspicion)
+        would be dropped as sent to a crashed node, and the round would never
+        complete; the detector's news of the restart travels in the same frame
+        but is read after the packets."""
+        inc = max((p.round.incarnation for p in packets if p.round.source == peer), default=-1)
+        if inc > self._dead.get(peer, -1) and inc > self._incs.get(peer, -1):
+            self._learn_member(peer, inc)
 
     # ------------------------------------------------------------- liveness
 
@@ -1194,6 +1211,26 @@ class Node:
                 self._detector_wake = wake
                 await trio.sleep_forever()
             self._detector_wake = None
+            self._check_lag(trio.current_time() - wake.deadline)
+
+    def _check_lag(self, lag: float) -> None:
+        """Lifeguard's local health: the detector loop woke ``lag`` seconds after
+        its deadline, so this process was not running (a busy CPU, a suspended
+        process).  Answers to its probes may be unread in its sockets: give
+        them time (``Detector.resumed``) instead of accusing others of our own
+        slowness.  Counted in ``stats["loop_stalls"]``; one log line per 10 s."""
+        det = self.detector
+        assert det is not None
+        if lag <= det.config.timeout / 4:
+            return
+        now = trio.current_time()
+        moved = det.resumed(now)
+        self.stats["loop_stalls"] += 1
+        if now - self._stall_logged >= 10.0:
+            self._stall_logged = now
+            log.warning(
+                "this node stalled %.2f s: %d probes given more time, nobody accused", lag, moved
+            )
 
     def _detector_flush(self, now: float) -> None:
         """Report the peers heard from since the last report.
@@ -1263,8 +1300,12 @@ class Node:
         :class:`Subscription`), and numbers on from the old one (trace ids stay
         unique).  Core packets still queued belong to the dead incarnation and
         are dropped; ``publish(wait_acked=True)`` calls waiting on it return.
+        The trace shows it as the simulator shows a crash and a recovery
+        (``crash``, ``recover``, then ``subscribe`` per topic), so the trace
+        checks require of the new life only what it subscribed to anew.
         """
         old = self.core
+        self._trace_event("crash", "", None, None)  # for the trace checks: the old life ends
         self.incarnation = next_incarnation(above)
         self.stats["reincarnations"] += 1
         log.warning("this node was suspected: back as incarnation %d", self.incarnation)
@@ -1285,8 +1326,10 @@ class Node:
         self._acked.clear()
         if self.port:
             self.record = self._sign_record()
+        self._trace_event("recover", "", None, None)
         for topic in self._subs:
             self._subscribed.setdefault(topic, trio.Event())
+            self._trace_event("subscribe", topic, None, None)
             self._handle(self.core.subscribe(topic, now))
 
     def _sign_record(self) -> bytes:

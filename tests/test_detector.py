@@ -182,6 +182,28 @@ def test_an_answered_retry_prevents_the_suspicion() -> None:
     assert a.suspected() == frozenset()
 
 
+def test_a_stalled_driver_gives_its_probes_time_instead_of_accusing() -> None:
+    """Lifeguard's rule: after a stall, answers may be unread in the node's own
+    sockets, so every unanswered probe gets half a timeout from the resume."""
+    cfg = DetectorConfig(timeout=1.0, attempts=1)
+    a = Detector(10, 1, config=cfg)
+    a.join(11, 1, 0.0)
+    a.join(12, 1, 0.0)
+    assert probes(a.tick(0.0)) == [11, 12]
+    a.heard(12, 0.5)  # 12 answered before the stall: nothing to move
+    assert a.resumed(4.0) == 1  # the driver did not run from ~1.0 to 4.0
+    assert events(a.expire(4.0)) == []  # without resumed: Suspected(11, 1) here
+    a.heard(11, 4.1)  # its answer, read once the node runs again
+    assert events(a.expire(4.5)) == []
+    assert a.suspected() == frozenset()
+    b = Detector(10, 1, config=cfg)
+    b.join(11, 1, 0.0)
+    b.tick(0.0)
+    assert b.resumed(0.2) == 0  # a probe younger than half a timeout keeps its deadline
+    assert b.resumed(4.0) == 1
+    assert events(b.expire(4.5)) == [Suspected(11, 1)]  # still silent: suspected after all
+
+
 def test_no_suspicion_if_heard_after_the_probe_left() -> None:
     a, _ = network([10, 11]).values()
     a.tick(0.0)

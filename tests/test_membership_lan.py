@@ -13,6 +13,7 @@ suspected, evicted or restart itself.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from test_system_netns import NodeRun, Plan, Role, load_traces, make_fleet, tails, trace_problems
+from test_system_netns import NodeRun, Plan, Role, completeness, load_traces, make_fleet, tails
+
+from p2p.sim import TraceEvent, check_trace, format_violations
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +75,20 @@ def _health(nodes: Sequence[NodeRun]) -> list[str]:
         text = n.stderr.read_text(errors="replace")
         problems += [f"node {n.index} logged {s.strip()!r}" for s in BAD_SIGNS if s in text]
     return problems
+
+
+def trace_problems(trace: Sequence[TraceEvent], plan: Plan) -> list[str]:
+    """The simulator's checks on the whole trace, completeness on each node's
+    last life (a node that came back as a new incarnation owes, and is owed,
+    only what followed its new subscription)."""
+    violations = check_trace(trace, quiescent=True)
+    found = [format_violations(violations)] if violations else []
+    return found + completeness(_last_lives(trace), plan)
+
+
+def _last_lives(trace: Sequence[TraceEvent]) -> list[TraceEvent]:
+    restart = {e.node: e.time for e in trace if e.event == "recover"}
+    return [e for e in trace if e.time >= restart.get(e.node, -1.0)]
 
 
 def _check(nodes: Sequence[NodeRun], plan: Plan) -> None:
@@ -160,3 +177,44 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def test_stalled_node_comes_back_once_and_resubscribes(tmp_path: Path) -> None:
+    """A subscriber is suspended (SIGSTOP) for 4 s during a publication, as a
+    Pi under a CPU hog or a laptop lid would: the others rightly suspect it.
+    When it runs again it notices its own stall and accuses nobody (Lifeguard),
+    comes back once as a new incarnation, its subscriptions are confirmed
+    again, and it delivers everything published after that; no restart loop,
+    and the others lose nothing."""
+    count, rate, duration = 500, 20.0, 40.0
+    roles = [Role("chat")] * 5
+    nodes = make_fleet(tmp_path, roles, psk=True)
+    stype = _service_type()
+    procs = []
+    for n in nodes:
+        publishes = n.index == 0
+        argv = _argv(
+            n, "--service-type", stype, "--settle", "6" if publishes else "3",
+            count=count if publishes else 0, rate=rate, duration=duration,
+        )  # fmt: skip
+        procs.append(_start(n, tmp_path, argv))
+    stalled = nodes[3]
+    time.sleep(14)
+    procs[3].send_signal(signal.SIGSTOP)
+    time.sleep(4)
+    procs[3].send_signal(signal.SIGCONT)
+    _wait(nodes, procs, duration + 30)
+    log = stalled.stderr.read_text(errors="replace")
+    assert log.count("back as incarnation") == 1, log
+    assert "this node stalled" in log, log
+    assert "suspect " not in log, log  # it accused nobody
+    healthy = [n for n in nodes if n is not stalled]
+    for n in healthy:  # each rightly suspected the stalled node, and nobody else
+        text = n.stderr.read_text(errors="replace")
+        accused = {line.split()[5] for line in text.splitlines() if " WARNING suspect " in line}
+        assert accused <= {stalled.node_id}, text
+    problems = [p for p in _health(healthy) if "suspect" not in p]
+    problems += [f"node {n.index} exited {n.returncode}" for n in nodes if n.returncode]
+    plan = Plan({"chat": frozenset({0})}, {"chat": frozenset(range(5))}, count)
+    problems += trace_problems(load_traces(nodes), plan)
+    assert not problems, "\n".join(problems) + "\n" + tails(nodes)

@@ -151,7 +151,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vcube._errors import DetectorError, RemoteDetectorError
 from vcube._topology import ID_BITS, MAX_ID, cluster, partition_sorted
@@ -677,6 +677,26 @@ class Detector:
         if not self._pending:
             return None
         return min(p.sent for p in self._pending.values()) + self._cfg.timeout
+
+    def resumed(self, now: float) -> int:
+        """The driver was not running for a while before ``now`` (its event loop
+        lagged: a busy CPU, a suspended process), measured by the driver.
+
+        Lifeguard's rule (memberlist): a node does not accuse others of its own
+        slowness.  Their answers may be waiting unread in its socket buffers,
+        so every unanswered probe gets at least half a ``timeout`` from ``now``
+        before it expires.  Returns how many probes were given more time.
+        Accuracy only gains; completeness is delayed by at most half a
+        timeout per stall.
+        """
+        floor = now - self._cfg.timeout / 2
+        moved = 0
+        for node, p in list(self._pending.items()):
+            answered = self._heard_at.get(node, -math.inf) > p.sent
+            if p.sent < floor and not answered:
+                self._pending[node] = replace(p, sent=floor)
+                moved += 1
+        return moved
 
     def expire(self, now: float) -> list[DetectorOutput]:
         """Expire the probes sent ``timeout`` or more before ``now``.
