@@ -24,6 +24,12 @@ theirs (peer exchange); a node that learns new records passes them on to its
 VCube neighbours, so every member hears of a join in O(log N) hops.  Every
 record is verified (fleet membership, signature) before it is used.
 
+Links lose nothing (``p2p._reliable``): each link numbers its frames and
+keeps them until the peer confirms them on the same connection; a new
+connection sends again what was not confirmed, and the receiver drops what it
+already handled.  Only frames meant for a peer that restarted as another
+incarnation are lost (counted in ``stats["lost_on_disconnect"]``).
+
 Failures (issue 5): each node runs the VCube failure detector
 (``vcube.Detector``) over its members, its probes and replies riding the
 fleet connections as control packets, and every received frame counting as a
@@ -31,8 +37,6 @@ sign of life.  A suspected or departed node leaves the overlay, its link is
 dropped and the core repairs around it (``VCubePS.crashed``); a node that
 joins or restarts (a higher incarnation, ``p2p._liveness``) is announced to
 the core (``VCubePS.joined``).  A node closing cleanly announces its leave.
-What it does not do yet: retransmit what a broken connection to a live peer
-lost (counted in ``stats["lost_on_disconnect"]``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import secrets
 import struct
 import sys
 import time
@@ -65,6 +70,7 @@ from p2p._liveness import (
     record_incarnation,
 )
 from p2p._membership import RecordGossip, records_digest
+from p2p._reliable import ACK_EVERY, Hello, ReceiveLog, SendLog, decode_ack, encode_ack
 from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
 from p2p._wire import (
     Control,
@@ -137,6 +143,9 @@ class NodeConfig:
     so a local publisher slows down instead of losing; relayed traffic can
     still only be dropped at the limit)."""
     delivery_buffer: int = 10_000
+    unconfirmed_limit: int = 4096
+    """Most frames a link keeps until its peer confirms them (sent again after a
+    reconnection, ``p2p._reliable``); beyond it the oldest are counted as lost."""
     handshake_timeout: float = 10.0
     drain_timeout: float = 2.0
     max_backoff: float = 5.0
@@ -183,6 +192,7 @@ class NodeConfig:
             raise NodeError(f"port must be in 0..65535, got {self.port}")
         positive = (
             "outbox_limit",
+            "unconfirmed_limit",
             "delivery_buffer",
             "handshake_timeout",
             "seed_interval",
@@ -384,6 +394,10 @@ class _Link:
         """Bytes of control packets in the frame :meth:`_take` returned last."""
         self.alive_bytes = 0
         """Bytes of its piggybacked detector version (*alive*, ``p2p._wire``)."""
+        self.log = SendLog(secrets.randbits(63) | 1, limit=node.config.unconfirmed_limit)
+        """Frames sent and not yet confirmed by the peer (``p2p._reliable``)."""
+        self.confirmed = False
+        """Whether the peer confirmed a frame on the current connection (it works)."""
 
     def put_control(self, item: Control) -> None:
         """Queue a control packet; a full outbox drops it (counted), like a packet."""
@@ -457,7 +471,14 @@ class _Link:
                 continue
             if self.node.record:  # introduce this node: the peer may not know its address
                 self.outbox.appendleft(PeerExchange((self.node.record,)))
+            forgotten = self.log.reconnected(record_incarnation(peer.record, peer.issued_at))
+            if forgotten:
+                self.node.stats["lost_on_disconnect"] += forgotten
+                log.warning(
+                    "%016x restarted: %d packets to its old life lost", self.peer_id, forgotten
+                )
             opened = trio.current_time()
+            self.confirmed = False
             self.node.connections += 1
             try:
                 await self._pump_until_closed(stream, session)
@@ -468,29 +489,58 @@ class _Link:
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
             lost = True
-            if trio.current_time() - opened >= _LASTED:
-                backoff = 0.05
+            if self.confirmed or trio.current_time() - opened >= _LASTED:
+                backoff = 0.05  # a working peer on a flaky network: reconnect at once
             else:  # closed as soon as opened: back off as after a failed dial, no tight loop
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.node.config.max_backoff)
 
     async def _pump_until_closed(self, stream: trio.SocketStream, session: SecureSession) -> None:
-        """:meth:`_pump` until a write fails or the peer closes the connection.
+        """Send the hello and what the peer has not confirmed, then :meth:`_pump`
+        until a write fails or the peer closes the connection.
 
-        The peer never writes on a connection this node dialled, so a read
-        returns only when the connection ends (a crashed process's kernel
-        closes it at once): the link learns of it without waiting to write.
+        The peer writes only acks on a connection this node dialled, so the
+        ack reader also learns at once when the connection ends (a crashed
+        process's kernel closes it): the link knows without waiting to write.
         """
         error: BaseException | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_until_closed, stream, nursery.cancel_scope)
+            nursery.start_soon(self._read_acks, stream, session, nursery.cancel_scope)
             try:
+                await self._resume(stream, session)
                 await self._pump(stream, session)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 error = exc  # re-raised outside the nursery, not in an exception group
             nursery.cancel_scope.cancel()
         if error is not None:
             raise error
+
+    async def _resume(self, stream: trio.SocketStream, session: SecureSession) -> None:
+        """Open the connection with the link's hello, then every frame the peer
+        has not confirmed, oldest first (it drops those it already handled)."""
+        again = self.log.unconfirmed()
+        records = [self.log.hello().encode(), *(body for body, _ in again)]
+        await stream.send_all(b"".join(frame(session.seal(r)) for r in records))
+        if again:
+            self.node.stats["frames_resent"] += len(again)
+            self.node.stats["packets_resent"] += sum(n for _, n in again)
+
+    async def _read_acks(
+        self, stream: trio.SocketStream, session: SecureSession, scope: trio.CancelScope
+    ) -> None:
+        """Read the peer's acks until the connection ends, then cancel ``scope``;
+        a malformed ack ends the connection too (the log keeps every frame)."""
+        reader = FrameReader(WireLimits(max_frame=64))
+        try:
+            while data := await stream.receive_some(4096):
+                for record in reader.feed(data):
+                    self.log.acked(decode_ack(session.open(record)))
+                    self.confirmed = True
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except (WireError, SecurityError) as exc:
+            log.warning("bad link ack from %016x: %s", self.peer_id, exc)
+        scope.cancel()
 
     async def _wait_for_work(self) -> None:
         while not self.outbox:
@@ -506,12 +556,14 @@ class _Link:
                 continue
             count, body = taken
             control = self.control_bytes
+            lost = self.log.sent(body, count)  # kept until confirmed: a failed write loses nothing
+            if lost:
+                self.node.stats["lost_on_disconnect"] += lost
+                log.error(
+                    "%016x confirms nothing: %d unconfirmed packets forgotten", self.peer_id, lost
+                )
             data = frame(session.seal(body))
-            try:
-                await stream.send_all(data)
-            except BaseException:
-                self.node.stats["lost_on_disconnect"] += count
-                raise
+            await stream.send_all(data)
             self.node.stats["frames_sent"] += 1
             self.node.stats["packets_sent"] += count
             self.node._room.set()
@@ -566,22 +618,14 @@ class _Link:
 
 _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
+_RECORD_OVERHEAD = 4 + 8 + 16
+"""Bytes a frame adds to its plaintext: length prefix, seal counter, AEAD tag."""
 _DIGEST_REFRESH = 10
 """Detector rounds between two membership digests to the same node when nothing changed."""
 _DIGEST_RESYNC = 3
 """Detector rounds before answering the same peer's differing digest with records again."""
 _LASTED = 1.0
 """Seconds a connection must have lasted for its loss to reset a link's backoff."""
-
-
-async def _until_closed(stream: trio.SocketStream, scope: trio.CancelScope) -> None:
-    """Read (and ignore) ``stream`` until it ends, then cancel ``scope``."""
-    try:
-        while await stream.receive_some(4096):
-            pass
-    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
-    scope.cancel()
 
 
 class Node:
@@ -635,6 +679,8 @@ class Node:
         )
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self._stall_logged = -float("inf")
+        self._received = ReceiveLog()
+        """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
@@ -661,6 +707,9 @@ class Node:
                 "corrections",
                 "reincarnations",
                 "loop_stalls",
+                "frames_resent",
+                "packets_resent",
+                "frames_duplicate",
             ),
             0,
         )
@@ -834,6 +883,7 @@ class Node:
             return
         self._dead[node] = inc
         self._gossip.forget(node)
+        self._received.forget(node)
         if node in self._alive and self._incs.get(node, 0) <= inc:
             self._alive.discard(node)
             self._drop_link(node)
@@ -845,6 +895,7 @@ class Node:
         link = self._links.pop(node, None)
         if link is not None:
             self.stats["lost_to_crash"] += link.core_packets()
+            link.log.discard()
             link.scope.cancel()
 
     def _membership_changed(self, event: MembershipEvent) -> None:
@@ -1108,10 +1159,24 @@ class Node:
         round (:meth:`_detector_round`)."""
         peer = session.peer_id
         heard = self._heard
-        alive_set = self._alive
-        while (record := await messages.next()) is not None:
-            body = decode_body(session.open(record), self._limits)
-            if peer not in alive_set and body.packets:
+        alive_set, dead = self._alive, self._dead
+        link, lseq, first = await self._link_hello(messages, session)
+        while True:
+            if first is not None:
+                plain, first = first, None
+            elif (record := await messages.next()) is not None:
+                plain = session.open(record)
+            else:
+                return
+            if link:
+                lseq += 1
+                if not self._received.fresh(peer, link, lseq):
+                    self.stats["frames_duplicate"] += 1
+                    if not messages.ready:
+                        await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
+                    continue
+            body = decode_body(plain, self._limits)
+            if peer in dead and peer not in alive_set and body.packets:
                 self._restarted_by(peer, body.packets)
             alive = body.alive
             if alive is None:
@@ -1120,7 +1185,7 @@ class Node:
                 seen = heard.get(peer)
                 heard[peer] = alive if seen is None or seen < alive else seen
             self.stats["frames_received"] += 1
-            self.stats["bytes_received"] += len(record) + 4
+            self.stats["bytes_received"] += len(plain) + _RECORD_OVERHEAD
             now = trio.current_time()  # every packet of a frame arrived together
             for packet in body.packets:
                 self.stats["packets_received"] += 1
@@ -1129,9 +1194,28 @@ class Node:
                 self._on_control(peer, body.control)
             if body.exchange is not None:
                 self._on_exchange(peer, body.exchange)
+            if link and (not messages.ready or lseq % ACK_EVERY == 0):
+                await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
+
+    async def _link_hello(
+        self, messages: _Messages, session: SecureSession
+    ) -> tuple[int, int, bytes | None]:
+        """The link a connection carries and the ``lseq`` before its first frame,
+        read from its first record; ``(0, 0, plaintext)`` for a connection with no
+        hello (a one-off, such as a seed's exchange, whose frames are all new),
+        with the first record's plaintext still to handle."""
+        record = await messages.next()
+        if record is None:
+            return 0, 0, None
+        plain = session.open(record)
+        hello = Hello.parse(plain)
+        if hello is None:
+            return 0, 0, plain
+        self._received.opened(session.peer_id, hello)
+        return hello.link, hello.first - 1, None
 
     def _restarted_by(self, peer: int, packets: list[Packet]) -> None:
-        """Core packets from ``peer``, which this node does not believe up: the
+        """Core packets from ``peer``, which this node believes crashed: the
         rounds it starts name its incarnation, and a newer one than any known
         is a restart, learnt before the packets reach the core.  Otherwise the
         answers to them (the ACK of a re-subscription after a false suspicion)
@@ -1318,6 +1402,7 @@ class Node:
         for node, inc in self._dead.items():
             self.core.crashed(node, inc, now)  # nothing to repair yet
         for link in self._links.values():
+            link.log.discard()  # the old life's frames: not sent again to anyone
             kept = [x for x in link.outbox if isinstance(x, _NOT_CORE)]
             self.stats["lost_to_crash"] += len(link.outbox) - len(kept)
             link.outbox = deque(kept)
@@ -1357,7 +1442,10 @@ class Node:
     async def _drain(self) -> None:
         """Give queued packets ``drain_timeout`` to leave; report what stays behind."""
         with trio.move_on_after(self.config.drain_timeout):
-            while any(link.outbox for link in self._links.values()):
+            while any(
+                link.outbox or (link.log and link.peer_id in self._alive)
+                for link in self._links.values()
+            ):
                 await trio.sleep(0.01)
         left = sum(len(link.outbox) for link in self._links.values())
         if left:
