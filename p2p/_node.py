@@ -143,6 +143,13 @@ class NodeConfig:
     so a local publisher slows down instead of losing; relayed traffic can
     still only be dropped at the limit)."""
     delivery_buffer: int = 10_000
+    max_connections: int = 1024
+    """Most TCP connections open at once (both directions); more are refused."""
+    max_handshakes: int = 64
+    """Most unauthenticated connections (handshakes under way) at once."""
+    max_handshakes_per_host: int = 8
+    """Most handshakes under way from one source address (loopback excepted: a
+    host's own nodes); a LAN outsider cannot take every slot."""
     unconfirmed_limit: int = 4096
     """Most frames a link keeps until its peer confirms them (sent again after a
     reconnection, ``p2p._reliable``); beyond it the oldest are counted as lost."""
@@ -191,6 +198,9 @@ class NodeConfig:
         if not 0 <= self.port < 65536:
             raise NodeError(f"port must be in 0..65535, got {self.port}")
         positive = (
+            "max_connections",
+            "max_handshakes",
+            "max_handshakes_per_host",
             "outbox_limit",
             "unconfirmed_limit",
             "delivery_buffer",
@@ -618,6 +628,8 @@ class _Link:
 
 _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
+_RESPONDER_READS = 2
+"""Handshake messages a responder reads (hello and finish of the three)."""
 _RECORD_OVERHEAD = 4 + 8 + 16
 """Bytes a frame adds to its plaintext: length prefix, seal counter, AEAD tag."""
 _DIGEST_REFRESH = 10
@@ -679,6 +691,9 @@ class Node:
         )
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self._stall_logged = -float("inf")
+        self._refusal_logged = -float("inf")
+        self._handshakes: dict[str, int] = {}
+        """Handshakes under way, per source address (admission caps, :meth:`serve`)."""
         self._received = ReceiveLog()
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
@@ -710,6 +725,7 @@ class Node:
                 "frames_resent",
                 "packets_resent",
                 "frames_duplicate",
+                "refused_connections",
             ),
             0,
         )
@@ -1122,17 +1138,34 @@ class Node:
                 await stream.aclose()
 
     async def serve(self, stream: trio.SocketStream) -> None:
-        """One accepted connection: authenticate, then feed its frames to the core."""
+        """One accepted connection: authenticate, then feed its frames to the core.
+
+        Before the handshake completes a peer gets almost nothing: a slot among
+        ``max_handshakes`` (and ``max_handshakes_per_host`` per source address,
+        loopback excepted), ``handshake_timeout`` seconds, and handshake
+        messages of at most ``MAX_HANDSHAKE_SIZE`` bytes, refused on their
+        length prefix before a byte is buffered."""
+        host = _remote_host(stream)
+        refusal = self._admission(host)
+        if refusal is not None:
+            self._refuse(host, refusal)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
         peer = "unauthenticated peer"
         self.connections += 1
+        self._handshakes[host] = self._handshakes.get(host, 0) + 1
         try:
-            session, messages = await accept_secure(
-                stream,
-                self.identity,
-                self.fleet,
-                self.config.max_frame + 64,
-                self.config.handshake_timeout,
-            )
+            try:
+                session, messages = await accept_secure(
+                    stream,
+                    self.identity,
+                    self.fleet,
+                    self.config.max_frame + 64,
+                    self.config.handshake_timeout,
+                )
+            finally:
+                self._handshake_over(host)
             peer = f"{session.peer_id:016x}"
             await self._read_frames(messages, session)
         except (
@@ -1150,6 +1183,39 @@ class Node:
             self.connections -= 1
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+
+    def _admission(self, host: str) -> str | None:
+        """Why a new connection from ``host`` is refused (``None``: admitted)."""
+        cfg = self.config
+        if self.connections >= cfg.max_connections:
+            return f"{self.connections} connections open (max_connections)"
+        pending = sum(self._handshakes.values())
+        if pending >= cfg.max_handshakes:
+            return f"{pending} handshakes pending (max_handshakes)"
+        mine = self._handshakes.get(host, 0)
+        if mine >= cfg.max_handshakes_per_host and not _loopback(host):
+            return f"{mine} handshakes pending from {host} (max_handshakes_per_host)"
+        return None
+
+    def _refuse(self, host: str, why: str) -> None:
+        """Count a refused connection; one log line per 10 s, however many."""
+        self.stats["refused_connections"] += 1
+        now = trio.current_time()
+        if now - self._refusal_logged >= 10.0:
+            self._refusal_logged = now
+            log.warning(
+                "refusing connections (%d so far), e.g. from %s: %s",
+                self.stats["refused_connections"],
+                host,
+                why,
+            )
+
+    def _handshake_over(self, host: str) -> None:
+        left = self._handshakes[host] - 1
+        if left:
+            self._handshakes[host] = left
+        else:
+            del self._handshakes[host]
 
     async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
         """Decode, check and hand every packet to the core, in arrival order.
@@ -1516,9 +1582,14 @@ class _Messages:
     same read as the last handshake message are kept, not rejected.
     """
 
-    def __init__(self, stream: trio.SocketStream, max_frame: int) -> None:
+    def __init__(self, stream: trio.SocketStream, max_frame: int, *, handshake: int = 0) -> None:
+        """``handshake``: the first messages are the peer's handshake, each refused
+        above ``MAX_HANDSHAKE_SIZE`` as soon as its length prefix arrives, before
+        a byte of it is buffered (an unauthenticated peer gets almost nothing)."""
         self.stream = stream
-        self.reader = FrameReader(WireLimits(max_frame=max_frame))
+        self.reader = FrameReader(
+            WireLimits(max_frame=max_frame), tight=handshake, tight_max=MAX_HANDSHAKE_SIZE
+        )
         self.ready: deque[bytes] = deque()
 
     async def next(self, limit: int | None = None) -> bytes | None:
@@ -1542,6 +1613,17 @@ class _Messages:
             out, _ = session.receive_handshake(msg)
             if out:
                 await self.stream.send_all(frame(out))
+
+
+def _remote_host(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except OSError:  # already reset by the peer
+        return "?"
+
+
+def _loopback(host: str) -> bool:
+    return host.startswith("127.") or host == "::1"
 
 
 def verified_peer(fleet: Fleet, record: bytes) -> Peer:
@@ -1588,7 +1670,7 @@ async def accept_secure(
     with trio.fail_after(timeout):
         session = SecureSession.responder(identity, fleet)
         session.start()  # the responder speaks second: nothing to send yet
-        messages = _Messages(stream, max_message)
+        messages = _Messages(stream, max_message, handshake=_RESPONDER_READS)
         await messages.handshake(session)
     return session, messages
 
@@ -1608,6 +1690,7 @@ async def open_node(
     """
     cfg = config or NodeConfig()
     identity, fleet = node_dir if isinstance(node_dir, tuple) else load_node(node_dir)
+    _quiet_accept_errors()
     node = Node(identity, fleet, cfg, trace)
     async with trio.open_nursery() as nursery:
         listeners: list[Any] = await nursery.start(
@@ -1664,6 +1747,38 @@ async def open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
+
+
+class _OncePer(logging.Filter):
+    """Lets one record through per ``seconds``, without its traceback, and says
+    how many it held back: expected overload errors (out of file descriptors
+    in trio's accept loop, which backs off 0.1 s and retries) must not flood
+    the log."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.last = -float("inf")
+        self.held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.seconds:
+            self.held += 1
+            return False
+        self.last = now
+        record.exc_info = record.exc_text = None
+        if self.held:
+            record.msg = f"{record.msg} ({self.held} more since the last report)"
+            self.held = 0
+        return True
+
+
+def _quiet_accept_errors() -> None:
+    """Install :class:`_OncePer` on trio's accept loop logger, once per process."""
+    logger = logging.getLogger("trio.serve_listeners")
+    if not any(isinstance(f, _OncePer) for f in logger.filters):
+        logger.addFilter(_OncePer(10.0))
 
 
 def _settle_heap() -> None:

@@ -1126,10 +1126,14 @@ class FrameReader:
     reader then stays failed.
     """
 
-    __slots__ = ("_buf", "_failed", "_max_frame")
+    __slots__ = ("_buf", "_failed", "_max_frame", "_tight", "_tight_max")
 
-    def __init__(self, limits: WireLimits) -> None:
+    def __init__(self, limits: WireLimits, *, tight: int = 0, tight_max: int = 0) -> None:
+        """``tight``: the first frames, limited to ``tight_max`` bytes each (a
+        handshake, before the peer has proved anything), then ``max_frame``."""
         self._max_frame = limits.max_frame
+        self._tight = tight
+        self._tight_max = tight_max
         self._buf = bytearray()
         self._failed: WireError | None = None
 
@@ -1153,11 +1157,13 @@ class FrameReader:
                 if len(buf) < PREFIX_BYTES:
                     break
                 size = int.from_bytes(buf, "big")
-                if not 0 < size <= self._max_frame:
+                limit = self._max_frame
+                if self._tight:
+                    self._tight -= 1
+                    limit = self._tight_max
+                if not 0 < size <= limit:
                     buf.clear()
-                    self._failed = WireError(
-                        f"frame length {size} outside [1, max_frame={self._max_frame}]"
-                    )
+                    self._failed = WireError(f"frame length {size} outside [1, max_frame={limit}]")
                     raise self._failed
             size = int.from_bytes(buf[:PREFIX_BYTES], "big")
             take = PREFIX_BYTES + size - len(buf)
