@@ -7,6 +7,15 @@ thread except through ``trio.to_thread``.  Browser callbacks only enqueue the
 service *name*; resolution (a blocking query) happens in a worker thread, and
 the announced record is verified (``verify``) before the peer is reported.
 
+Junk cannot stall it (an outsider's flood of services that never resolve, or
+the stale records powered-off devices leave in mDNS caches): names resolve in
+parallel, at most :data:`RESOLVE_AT_ONCE` new names at a time with a short
+timeout, while names that already resolved (known members changing their
+record) skip the queue; a name that failed is not tried again before a backoff
+(doubling up to :data:`RETRY_MAX` seconds); at most :data:`MAX_PENDING` new
+names wait at once, the rest are dropped and counted; and no zeroconf error
+ends the node (one log line per name).
+
 A node announces one service ``<hex id>.<service type>`` on the interface it
 was given (``127.0.0.1`` keeps everything on loopback).  Its TXT properties
 carry the node's signed discovery record split into 200-byte chunks
@@ -31,6 +40,17 @@ SERVICE_TYPE = "_vcubeps._tcp.local."
 CHUNK = 200
 MAX_RECORD = 4096
 """Largest discovery record accepted, in bytes (bounded: it comes from the LAN)."""
+
+RESOLVE_AT_ONCE = 8
+"""New service names resolved at the same time."""
+RESOLVE_TIMEOUT_MS = 1500
+"""How long one resolution may take (zeroconf's query timeout)."""
+MAX_PENDING = 256
+"""New names waiting for resolution at most; more are dropped (counted in ``dropped``)."""
+RETRY_FIRST = 5.0
+RETRY_MAX = 300.0
+"""Backoff before a name that did not resolve is tried again: from ``RETRY_FIRST``
+seconds, doubling, up to ``RETRY_MAX``."""
 
 log = logging.getLogger("p2p.discovery")
 
@@ -123,8 +143,18 @@ class Discovery:
         self._info: Any = None
         self._browser: Any = None
         self._names_in, self._names_out = trio.open_memory_channel[tuple[str, bool]](1024)
+        self._events_in, self._events_out = trio.open_memory_channel[PeerEvent](1024)
         self._known: dict[str, Peer] = {}
         self._token: trio.lowlevel.TrioToken | None = None
+        self._resolving: set[str] = set()
+        self._gone: set[str] = set()
+        self._retry: dict[str, tuple[float, float]] = {}
+        """Names that did not resolve: when to try again, and the backoff after that."""
+        self._limiter = trio.CapacityLimiter(RESOLVE_AT_ONCE)
+        self._nursery_manager: Any = None
+        self._nursery: trio.Nursery | None = None
+        self.dropped = 0
+        """New names not resolved because :data:`MAX_PENDING` were already waiting."""
 
     async def __aenter__(self) -> Discovery:
         self._token = trio.lowlevel.current_trio_token()
@@ -132,11 +162,19 @@ class Discovery:
             await trio.to_thread.run_sync(self._start)
         except Exception as exc:  # zeroconf raises its own types; callers get ours
             raise DiscoveryError(f"cannot start mDNS on {self.interface}: {exc}") from exc
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        self._nursery.start_soon(self._dispatch)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._stop)
+        try:
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+                await self._nursery_manager.__aexit__(None, None, None)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._stop)
 
     def _start(self) -> None:
         from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, Zeroconf
@@ -183,7 +221,7 @@ class Discovery:
             self._zc = None
 
     def _resolve(self, name: str) -> Peer | None:
-        info = self._zc.get_service_info(self.service_type, name, timeout=3000)
+        info = self._zc.get_service_info(self.service_type, name, timeout=RESOLVE_TIMEOUT_MS)
         if info is None:
             return None
         record = join_record(dict(info.properties))
@@ -196,22 +234,79 @@ class Discovery:
         return peer
 
     async def events(self) -> AsyncIterator[PeerEvent]:
-        """Verified peer events, in the order their services changed."""
+        """Verified peer events: a name's events in the order its service changed."""
+        async for event in self._events_out:
+            yield event
+
+    async def _dispatch(self) -> None:
+        """Hand each service change to a resolver task (bounded, see the module doc)."""
         async for name, removed in self._names_out:
             if name == self.name:
                 continue
             if removed:
+                self._gone.add(name)
                 peer = self._known.pop(name, None)
                 if peer is not None:
-                    yield PeerEvent("down", peer)
+                    self._emit(PeerEvent("down", peer))
                 continue
-            try:
-                found = await trio.to_thread.run_sync(self._resolve, name)
-            except P2PError as exc:
-                log.warning("ignoring service %s: %s", name, exc)
+            self._gone.discard(name)
+            if name in self._resolving or not self._due(name):
                 continue
-            if found is None or found.node_id == self.node_id:
+            if name not in self._known and len(self._resolving) >= MAX_PENDING:
+                self.dropped += 1
                 continue
-            if self._known.get(name) != found:
-                self._known[name] = found
-                yield PeerEvent("up", found)
+            assert self._nursery is not None
+            self._resolving.add(name)
+            self._nursery.start_soon(self._resolve_one, name)
+
+    def _due(self, name: str) -> bool:
+        retry = self._retry.get(name)
+        return retry is None or trio.current_time() >= retry[0]
+
+    async def _resolve_one(self, name: str) -> None:
+        """Resolve and verify ``name``; a known member's name skips the queue."""
+        try:
+            if name in self._known:
+                found = await trio.to_thread.run_sync(self._resolve, name, abandon_on_cancel=True)
+            else:
+                async with self._limiter:
+                    found = await trio.to_thread.run_sync(
+                        self._resolve, name, abandon_on_cancel=True
+                    )
+        except Exception as exc:  # a forged record (P2PError) or any zeroconf failure
+            log.warning("ignoring service %s: %s", name, exc or type(exc).__name__)
+            found = None
+        finally:
+            self._resolving.discard(name)
+        if found is None:
+            self._failed(name)
+            return
+        self._retry.pop(name, None)
+        if name in self._gone or found.node_id == self.node_id:
+            return
+        if self._known.get(name) != found:
+            self._known[name] = found
+            self._emit(PeerEvent("up", found))
+
+    def _failed(self, name: str) -> None:
+        """Back off on a name that did not resolve, then try it again (a member
+        that was slow to answer once is not lost); bounded, the oldest go first."""
+        delay = self._retry.get(name, (0.0, RETRY_FIRST))[1]
+        self._retry[name] = (trio.current_time() + delay, min(delay * 2, RETRY_MAX))
+        while len(self._retry) > MAX_PENDING:
+            del self._retry[next(iter(self._retry))]
+        assert self._nursery is not None
+        self._nursery.start_soon(self._retry_later, name, delay)
+
+    async def _retry_later(self, name: str, delay: float) -> None:
+        await trio.sleep(delay)
+        if name in self._retry and name not in self._gone:
+            self._offer(name, False)
+
+    def _emit(self, event: PeerEvent) -> None:
+        try:
+            self._events_in.send_nowait(event)
+        except trio.WouldBlock:
+            log.error(
+                "discovery events unread: dropped %s of %016x", event.kind, event.peer.node_id
+            )

@@ -114,7 +114,7 @@ def test_spoofed_goodbyes_evict_nobody(tmp_path: Path) -> None:
         procs.append(_start(n, tmp_path, argv))
     time.sleep(5)
     spoof = subprocess.run(
-        [sys.executable, str(HERE / "_spoof_goodbyes.py"), "127.0.0.1", stype, "20"],
+        [sys.executable, str(HERE / "_outsider.py"), "goodbyes", "127.0.0.1", stype, "20"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     _wait(nodes, procs, duration + 30)
