@@ -692,8 +692,11 @@ class Node:
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self._stall_logged = -float("inf")
         self._refusal_logged = -float("inf")
-        self._handshakes: dict[str, int] = {}
-        """Handshakes under way, per source address (admission caps, :meth:`serve`)."""
+        self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
+        """Handshakes under way, oldest first: source address and what cancels it
+        (admission caps and eviction, :meth:`_make_room`)."""
+        self._tickets = 0
+        self._max_connections = min(config.max_connections, _fd_budget())
         self._received = ReceiveLog()
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
@@ -1146,26 +1149,29 @@ class Node:
         messages of at most ``MAX_HANDSHAKE_SIZE`` bytes, refused on their
         length prefix before a byte is buffered."""
         host = _remote_host(stream)
-        refusal = self._admission(host)
-        if refusal is not None:
-            self._refuse(host, refusal)
+        if not self._make_room(host):
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             return
         peer = "unauthenticated peer"
         self.connections += 1
-        self._handshakes[host] = self._handshakes.get(host, 0) + 1
+        ticket = self._tickets = self._tickets + 1
+        scope = trio.CancelScope()
+        self._handshakes[ticket] = (host, scope)
         try:
             try:
-                session, messages = await accept_secure(
-                    stream,
-                    self.identity,
-                    self.fleet,
-                    self.config.max_frame + 64,
-                    self.config.handshake_timeout,
-                )
+                with scope:
+                    session, messages = await accept_secure(
+                        stream,
+                        self.identity,
+                        self.fleet,
+                        self.config.max_frame + 64,
+                        self.config.handshake_timeout,
+                    )
             finally:
-                self._handshake_over(host)
+                self._handshakes.pop(ticket, None)
+            if scope.cancelled_caught:
+                return  # evicted by a newer connection (_make_room)
             peer = f"{session.peer_id:016x}"
             await self._read_frames(messages, session)
         except (
@@ -1184,21 +1190,38 @@ class Node:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    def _admission(self, host: str) -> str | None:
-        """Why a new connection from ``host`` is refused (``None``: admitted)."""
+    def _make_room(self, host: str) -> bool:
+        """Admit a new connection from ``host``, evicting the oldest handshake
+        under way where a cap is reached (``False``: refused, nothing to evict).
+
+        Eviction, not refusal: junk that holds every handshake slot (or file
+        descriptor) for ``handshake_timeout`` would otherwise lock members out,
+        while a member's handshake takes milliseconds, so the oldest pending
+        one is the likeliest junk.  Invariant: at most ``max_handshakes``
+        pending (``max_handshakes_per_host`` per address, loopback excepted)
+        and ``max_connections`` open, the latter also kept below the
+        process's file descriptor limit."""
         cfg = self.config
-        if self.connections >= cfg.max_connections:
-            return f"{self.connections} connections open (max_connections)"
-        pending = sum(self._handshakes.values())
-        if pending >= cfg.max_handshakes:
-            return f"{pending} handshakes pending (max_handshakes)"
-        mine = self._handshakes.get(host, 0)
-        if mine >= cfg.max_handshakes_per_host and not _loopback(host):
-            return f"{mine} handshakes pending from {host} (max_handshakes_per_host)"
-        return None
+        pending = self._handshakes
+        mine = [t for t, (h, _) in pending.items() if h == host]
+        if len(mine) >= cfg.max_handshakes_per_host and not _loopback(host):
+            self._evict(mine[0], f"{len(mine)} handshakes from {host} (max_handshakes_per_host)")
+        elif len(pending) >= cfg.max_handshakes:
+            self._evict(next(iter(pending)), f"{len(pending)} handshakes (max_handshakes)")
+        elif self.connections >= self._max_connections:
+            if not pending:
+                self._refuse(host, f"{self.connections} connections open (max_connections)")
+                return False
+            self._evict(next(iter(pending)), f"{self.connections} connections (max_connections)")
+        return True
+
+    def _evict(self, ticket: int, why: str) -> None:
+        host, scope = self._handshakes.pop(ticket)
+        scope.cancel()
+        self._refuse(host, why)
 
     def _refuse(self, host: str, why: str) -> None:
-        """Count a refused connection; one log line per 10 s, however many."""
+        """Count a refused or evicted connection; one log line per 10 s, however many."""
         self.stats["refused_connections"] += 1
         now = trio.current_time()
         if now - self._refusal_logged >= 10.0:
@@ -1209,13 +1232,6 @@ class Node:
                 host,
                 why,
             )
-
-    def _handshake_over(self, host: str) -> None:
-        left = self._handshakes[host] - 1
-        if left:
-            self._handshakes[host] = left
-        else:
-            del self._handshakes[host]
 
     async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
         """Decode, check and hand every packet to the core, in arrival order.
@@ -1620,6 +1636,15 @@ def _remote_host(stream: trio.SocketStream) -> str:
         return str(stream.socket.getpeername()[0])
     except OSError:  # already reset by the peer
         return "?"
+
+
+def _fd_budget() -> int:
+    """Connections this process can hold: its file descriptor limit less a
+    reserve for listeners, mDNS, logs and dials."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 30 if soft == resource.RLIM_INFINITY else max(8, soft - 48)
 
 
 def _loopback(host: str) -> bool:

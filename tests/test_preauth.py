@@ -11,6 +11,7 @@ length check on the first frames of a reader.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -111,4 +112,57 @@ def test_junk_connections_cost_a_subscriber_almost_nothing(tmp_path: Path) -> No
     grown_mb = (under_attack - idle) / 1024
     assert len(results) == JUNK
     assert grown_mb <= 20, f"peak RSS grew {grown_mb:.1f} MB under {JUNK} junk connections"
+    assert "Traceback" not in err, err[-3000:]
+
+
+def _hold(port: int, count: int) -> list[socket.socket]:
+    """``count`` unauthenticated connections that send nothing, kept open."""
+    held = []
+    for _ in range(count):
+        with contextlib.suppress(OSError):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+    return held
+
+
+def _low_fd_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+@pytest.mark.slow
+def test_restarting_member_gets_in_past_junk_with_few_file_descriptors(tmp_path: Path) -> None:
+    """The target runs with 256 file descriptors; 300 silent unauthenticated
+    connections are open to it.  A member that restarts still gets in at once:
+    the oldest handshakes under way are evicted for new connections, instead
+    of holding their slot (and descriptor) for the 10 s handshake timeout."""
+    nodes = make_fleet(tmp_path, [Role("t")] * 2, psk=True)
+    port = _free_port()
+    target = subprocess.Popen(
+        [sys.executable, "-m", "p2p", "sub", "--identity", str(nodes[1].identity),
+         "--port", str(port), "--seed", f"127.0.0.1:{port}", "--no-mdns", "--duration", "40",
+         "--settle", "0", "t"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_low_fd_limit,
+    )  # fmt: skip
+    held: list[socket.socket] = []
+    try:
+        time.sleep(4)
+        held = _hold(port, 300)
+        time.sleep(1)
+        start = time.monotonic()
+        pub = subprocess.run(
+            [sys.executable, "-m", "p2p", "pub", "--identity", str(nodes[0].identity),
+             "--seed", f"127.0.0.1:{port}", "--no-mdns", "--settle", "0.5", "t", "back"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        took = time.monotonic() - start
+    finally:
+        for s in held:
+            s.close()
+        target.kill()
+        out, err = target.communicate(timeout=30)
+    assert len(held) >= 250, f"only {len(held)} junk connections opened"
+    assert pub.returncode == 0, pub.stderr
+    assert out.rstrip().endswith("back"), out + err
+    assert took < 10, f"the member took {took:.1f} s to get in (the handshake timeout is 10 s)"
     assert "Traceback" not in err, err[-3000:]
