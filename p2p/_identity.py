@@ -61,6 +61,7 @@ __all__ = [
     "load_or_create_identity",
     "node_id_of",
     "verify_certificate",
+    "write_atomic",
 ]
 
 FleetMode = Literal["cert", "psk"]
@@ -190,10 +191,14 @@ class FleetAuthority:
 
 @dataclass(frozen=True)
 class Certificate:
-    """A fleet's statement "``node_public_key`` (named ``name``) is a member".
+    """A fleet's statement "``node_public_key`` (named ``name``) is a member
+    until ``not_after``".
 
-    Wire form: CBOR ``[1, fleet_id(16), node_public_key(32), name, issued_at, signature(64)]``;
-    the signature is Ed25519 by the fleet key over ``"p2p-cert-v1\\0" || CBOR(first five)``.
+    Wire form: CBOR ``[2, fleet_id(16), node_public_key(32), name, issued_at,
+    not_after, signature(64)]``; the signature is Ed25519 by the fleet key over
+    ``"p2p-cert-v1\\0" || CBOR(the first six)``.  A version-1 certificate (no
+    ``not_after``) still decodes, with ``not_after`` ``None``, and
+    :func:`verify_certificate` refuses it: a certificate must end.
     """
 
     fleet_id: bytes
@@ -201,15 +206,19 @@ class Certificate:
     name: str
     issued_at: int
     signature: bytes
+    not_after: int | None = None
+    """Unix time after which the certificate is refused (``None``: a version-1 one)."""
+
+    def _fields(self) -> list[object]:
+        if self.not_after is None:
+            return [1, self.fleet_id, self.node_public_key, self.name, self.issued_at]
+        return [2, self.fleet_id, self.node_public_key, self.name, self.issued_at, self.not_after]
 
     def _signed_part(self) -> bytes:
-        body = [1, self.fleet_id, self.node_public_key, self.name, self.issued_at]
-        return _CERT_CONTEXT + cbor2.dumps(body)
+        return _CERT_CONTEXT + cbor2.dumps(self._fields())
 
     def encode(self) -> bytes:
-        return cbor2.dumps(
-            [1, self.fleet_id, self.node_public_key, self.name, self.issued_at, self.signature]
-        )
+        return cbor2.dumps([*self._fields(), self.signature])
 
     @property
     def node_id(self) -> int:
@@ -219,20 +228,22 @@ class Certificate:
     def decode(cls, data: bytes, error: type[SecurityError] = AuthenticationError) -> Certificate:
         """Parse a certificate's shape (not its signature: see :func:`verify_certificate`)."""
         obj = decode_cbor(data, max_size=MAX_CERT_SIZE, what="certificate", error=error)
+        version = obj[0] if isinstance(obj, list) and obj else None
         shape_ok = (
             isinstance(obj, list)
-            and len(obj) == 6
-            and obj[0] == 1
+            and (version, len(obj)) in ((1, 6), (2, 7))
             and _is_bytes(obj[1], 16)
             and _is_bytes(obj[2], 32)
             and isinstance(obj[3], str)
             and len(obj[3]) <= MAX_NAME
             and _is_uint(obj[4])
-            and _is_bytes(obj[5], 64)
+            and (version == 1 or _is_uint(obj[5]))
+            and _is_bytes(obj[-1], 64)
         )
         if not shape_ok:
             raise error("certificate: wrong shape")
-        return cls(obj[1], obj[2], obj[3], obj[4], obj[5])
+        not_after = obj[5] if version == 2 else None
+        return cls(obj[1], obj[2], obj[3], obj[4], obj[-1], not_after)
 
 
 def _is_bytes(x: object, n: int) -> bool:
@@ -243,24 +254,50 @@ def _is_uint(x: object, limit: int = 1 << 63) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < limit
 
 
-def issue_certificate(authority: FleetAuthority, node_public_key: bytes, name: str) -> Certificate:
-    """Sign a membership certificate (cert-mode fleets only)."""
+DEFAULT_VALID_DAYS = 365
+"""A certificate's default lifetime; renew by running ``p2p fleet add-node`` again."""
+
+
+def issue_certificate(
+    authority: FleetAuthority,
+    node_public_key: bytes,
+    name: str,
+    *,
+    valid_days: float = DEFAULT_VALID_DAYS,
+    now: float | None = None,
+) -> Certificate:
+    """Sign a membership certificate valid for ``valid_days`` from ``now`` (cert-mode fleets)."""
     if authority.signing_key is None:
         raise IdentityError("a psk fleet issues no certificates")
     _check_name(name)
-    unsigned = Certificate(authority.fleet.fleet_id, node_public_key, name, int(time.time()), b"")
+    if not 0 < valid_days <= 100 * 365:
+        raise IdentityError(f"valid days must be in (0, 36500], got {valid_days}")
+    issued = int(time.time() if now is None else now)
+    not_after = issued + int(valid_days * 86400)
+    fleet_id = authority.fleet.fleet_id
+    unsigned = Certificate(fleet_id, node_public_key, name, issued, b"", not_after)
     sig = authority.signing_key.sign(unsigned._signed_part())
-    return Certificate(unsigned.fleet_id, node_public_key, name, unsigned.issued_at, sig)
+    return Certificate(fleet_id, node_public_key, name, issued, sig, not_after)
 
 
 def verify_certificate(
-    fleet: Fleet, cert: Certificate, error: type[SecurityError] = AuthenticationError
+    fleet: Fleet,
+    cert: Certificate,
+    error: type[SecurityError] = AuthenticationError,
+    *,
+    now: float | None = None,
 ) -> None:
-    """Return only if ``fleet``'s key signed ``cert`` for this fleet; else raise ``error``."""
+    """Return only if ``fleet``'s key signed ``cert`` for this fleet and, at ``now``
+    (default: the wall clock), it has not expired; else raise ``error``."""
     if fleet.public_key is None:
         raise error("certificate presented to a psk fleet")
     if not hmac.compare_digest(cert.fleet_id, fleet.fleet_id):
         raise error("certificate belongs to another fleet")
+    if cert.not_after is None:
+        raise error("certificate has no expiry (issued before 0.2): re-issue it with add-node")
+    if (time.time() if now is None else now) > cert.not_after:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(cert.not_after))
+        raise error(f"certificate of {cert.name!r} expired at {when}: renew it with add-node")
     key = ed25519_public(fleet.public_key, error, "fleet key")
     try:
         key.verify(cert.signature, cert._signed_part())
@@ -327,6 +364,15 @@ def _write_private(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (mode 0600, like everything here);
+    :class:`IdentityError` naming the file on failure."""
+    try:
+        _write_private(path, data)
+    except OSError as exc:
+        raise IdentityError(f"{path}: cannot write ({exc.strerror})") from None
 
 
 def _make_dir(path: Path) -> None:
@@ -465,12 +511,18 @@ def load_or_create_identity(node_dir: Path | str) -> Ed25519PrivateKey:
 
 
 def add_node(
-    fleet_dir: Path | str, node_dir: Path | str, *, name: str | None = None
+    fleet_dir: Path | str,
+    node_dir: Path | str,
+    *,
+    name: str | None = None,
+    valid_days: float = DEFAULT_VALID_DAYS,
+    now: float | None = None,
 ) -> NodeIdentity:
     """Make ``node_dir`` a member of the fleet in ``fleet_dir`` and return its identity.
 
-    Reuses an existing node key (re-issuing the certificate); refuses a node
-    directory that already belongs to a different fleet.
+    Reuses an existing node key (re-issuing the certificate: this is how a
+    certificate is renewed); refuses a node directory that already belongs to
+    a different fleet.  Cert mode: the certificate is valid ``valid_days``.
     """
     authority = load_fleet_authority(fleet_dir)
     node_dir = Path(node_dir)
@@ -483,7 +535,7 @@ def add_node(
     key = load_or_create_identity(node_dir)
     cert = None
     if authority.signing_key is not None:
-        cert = issue_certificate(authority, raw_public(key), name)
+        cert = issue_certificate(authority, raw_public(key), name, valid_days=valid_days, now=now)
         _write_private(node_dir / NODE_CERT_FILE, cert.encode())
     if authority.fleet.psk is not None:
         _write_private(node_dir / PSK_FILE, authority.fleet.psk.hex().encode() + b"\n")

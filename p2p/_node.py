@@ -49,7 +49,7 @@ import struct
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Container
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from functools import partial
@@ -60,7 +60,7 @@ import trio
 
 from causal import MsgId
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
-from p2p._errors import P2PError, SecurityError
+from p2p._errors import IdentityError, P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node
 from p2p._liveness import (
     INC_FIELD,
@@ -71,6 +71,7 @@ from p2p._liveness import (
 )
 from p2p._membership import RecordGossip, records_digest
 from p2p._reliable import ACK_EVERY, Hello, ReceiveLog, SendLog, decode_ack, encode_ack
+from p2p._revocation import REVOKED_FILE, RevocationList, load_revocations
 from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
 from p2p._wire import (
     Control,
@@ -78,6 +79,7 @@ from p2p._wire import (
     Leave,
     Members,
     PeerExchange,
+    Revoked,
     WireError,
     WireLimits,
     decode_body,
@@ -170,6 +172,10 @@ class NodeConfig:
     """``host:port`` of a telemetry collector to upload the spool to (needs ``telemetry_dir``)."""
     telemetry_upload_interval: float = 30.0
     """Seconds between uploads to the collector."""
+    revocation_file: str | Path | None = None
+    """The fleet's revocation list to follow (read at start and whenever it
+    changes; ``p2p fleet revoke --to``); ``open_node(NODE_DIR)`` follows
+    ``NODE_DIR/revoked.cbor`` when this is ``None``."""
     detector: bool = True
     """Run the failure detector (``False``: a crashed peer is never noticed and
     the rounds that wait for it stall, the behaviour before issue 5)."""
@@ -698,6 +704,11 @@ class Node:
         self._tickets = 0
         self._max_connections = min(config.max_connections, _fd_budget())
         self._received = ReceiveLog()
+        self._revoked: set[int] = set()
+        """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
+        self._revocations: RevocationList | None = None
+        self._revocation_file: Path | None = None
+        self._revocation_seen: tuple[int, int] | None = None
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
@@ -841,7 +852,7 @@ class Node:
         Returns whether ``peer`` told something new.  A record older than the
         one already known, or than the departure last reported, changes nothing.
         """
-        if peer.node_id == self.id:
+        if peer.node_id == self.id or peer.node_id in self._revoked:
             return False
         old = self.peers.get(peer.node_id)
         for prior in (old, self._left.get(peer.node_id)):
@@ -1072,7 +1083,7 @@ class Node:
     async def dial_address(self, host: str, port: int) -> tuple[trio.SocketStream, SecureSession]:
         """Connect to ``host:port`` and authenticate whichever fleet member answers."""
         stream, session, _ = await dial_secure(
-            host, port, self.identity, self.fleet, self.config.handshake_timeout
+            host, port, self.identity, self.fleet, self.config.handshake_timeout, self._revoked
         )
         return stream, session
 
@@ -1167,6 +1178,7 @@ class Node:
                         self.fleet,
                         self.config.max_frame + 64,
                         self.config.handshake_timeout,
+                        self._revoked,
                     )
             finally:
                 self._handshakes.pop(ticket, None)
@@ -1243,6 +1255,7 @@ class Node:
         heard = self._heard
         alive_set, dead = self._alive, self._dead
         link, lseq, first = await self._link_hello(messages, session)
+        revoked = self._revoked
         while True:
             if first is not None:
                 plain, first = first, None
@@ -1250,6 +1263,8 @@ class Node:
                 plain = session.open(record)
             else:
                 return
+            if peer in revoked:  # checked after the wait: the list may have come meanwhile
+                raise SecurityError(f"{peer:016x} was revoked by the fleet")
             if link:
                 lseq += 1
                 if not self._received.fresh(peer, link, lseq):
@@ -1322,6 +1337,9 @@ class Node:
                 self._on_leave(sender, c.incarnation, now)
             elif isinstance(c, Members):
                 self._on_members(sender, c.digest, now)
+                self._compare_revocations(sender, c.revocations)
+            elif isinstance(c, Revoked):
+                self._on_revoked(sender, c.blob, now)
             elif self.detector is not None:
                 self._on_detector(self.detector.receive(sender, c, now), now)
 
@@ -1339,9 +1357,73 @@ class Node:
         last told them or every ``_DIGEST_REFRESH`` rounds."""
         assert self.detector is not None
         digest = records_digest(self.known_records())
+        serial = self._revocations.serial if self._revocations else 0
         for node in self._gossip.due(self.detector.monitored(), digest, now):
             if node in self._alive:
-                self._link(node).put_control(Members(digest))
+                self._link(node).put_control(Members(digest, serial))
+
+    # ---------------------------------------------------------- revocation
+
+    def _compare_revocations(self, sender: int, theirs: int) -> None:
+        """``sender`` holds revocation list ``theirs``: send ours if newer, ask
+        for its own (our digest and serial) if older."""
+        mine = self._revocations.serial if self._revocations else 0
+        if theirs < mine and sender in self.peers:
+            assert self._revocations is not None
+            self._link(sender).put_control(Revoked(self._revocations.encode()))
+        elif theirs > mine and sender in self.peers:
+            self._link(sender).put_control(Members(records_digest(self.known_records()), mine))
+
+    def _on_revoked(self, sender: int, blob: bytes, now: float) -> None:
+        """A revocation list from ``sender``: adopted if the fleet issued it and it
+        is newer.  A forged one closes the connection (raises SecurityError)."""
+        rl = RevocationList.decode(blob)
+        rl.verify(self.fleet)
+        self._adopt_revocations(rl, now)
+
+    def _adopt_revocations(self, rl: RevocationList, now: float) -> None:
+        """Adopt ``rl`` if newer: its nodes leave at once (links dropped, refused
+        from now on), and the list goes on to this node's VCube neighbours."""
+        if self._revocations is not None and rl.serial <= self._revocations.serial:
+            return
+        self._revocations = rl
+        fresh = sorted(rl.nodes - self._revoked - {self.id})
+        self._revoked.update(rl.nodes - {self.id})
+        if self.id in rl.nodes:
+            log.error("the fleet revoked this node: its peers refuse it from now on")
+        for node in fresh:
+            log.warning("%016x revoked by the fleet (list %d): dropped", node, rl.serial)
+            peer = self.peers.pop(node, None)
+            if peer is not None:
+                self._left[node] = peer
+            inc = self._incs.get(node, 0)
+            if self.detector is not None:
+                self._on_detector(self.detector.leave(node, inc, now), now)
+            self._down(node, max(inc, self._dead.get(node, -1) + 1), "revoked", now)
+        blob = Revoked(rl.encode())
+        for neighbour in self.core.overlay.children(self.id, self.id):
+            self._link(neighbour).put_control(blob)
+
+    def _follow_revocation_file(self, now: float) -> None:
+        """Adopt the revocation file when it appears or changes (one stat a round)."""
+        path = self._revocation_file
+        if path is None:
+            return
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        seen = (st.st_mtime_ns, st.st_size)
+        if seen == self._revocation_seen:
+            return
+        self._revocation_seen = seen
+        try:
+            rl = load_revocations(path, self.fleet)
+        except IdentityError as exc:
+            log.error("revocation list not adopted: %s", exc)
+            return
+        if rl is not None:
+            self._adopt_revocations(rl, now)
 
     def _on_leave(self, sender: int, inc: int, now: float) -> None:
         """``sender``'s incarnation ``inc`` leaves: forgotten, not suspected."""
@@ -1418,6 +1500,7 @@ class Node:
         assert self.detector is not None
         self._detector_flush(now)
         self._on_detector(self.detector.tick(now), now)
+        self._follow_revocation_file(now)
         self._send_digests(now)
 
     def _unreachable(self, node: int) -> None:
@@ -1658,7 +1741,12 @@ def verified_peer(fleet: Fleet, record: bytes) -> Peer:
 
 
 async def dial_secure(
-    host: str, port: int, identity: NodeIdentity, fleet: Fleet, timeout: float
+    host: str,
+    port: int,
+    identity: NodeIdentity,
+    fleet: Fleet,
+    timeout: float,
+    revoked: Container[int] = frozenset(),
 ) -> tuple[trio.SocketStream, SecureSession, _Messages]:
     """Connect and run the initiator's handshake within ``timeout`` seconds.
 
@@ -1669,7 +1757,7 @@ async def dial_secure(
     with trio.fail_after(timeout):
         stream = await trio.open_tcp_stream(host, port)
         try:
-            session = SecureSession.initiator(identity, fleet)
+            session = SecureSession.initiator(identity, fleet, revoked=revoked)
             await stream.send_all(frame(session.start()))
             messages = _Messages(stream, MAX_HANDSHAKE_SIZE)
             await messages.handshake(session)
@@ -1686,6 +1774,7 @@ async def accept_secure(
     fleet: Fleet,
     max_message: int,
     timeout: float,
+    revoked: Container[int] = frozenset(),
 ) -> tuple[SecureSession, _Messages]:
     """Run the responder's handshake on an accepted stream within ``timeout`` seconds.
 
@@ -1693,7 +1782,7 @@ async def accept_secure(
     closes the stream on failure.
     """
     with trio.fail_after(timeout):
-        session = SecureSession.responder(identity, fleet)
+        session = SecureSession.responder(identity, fleet, revoked=revoked)
         session.start()  # the responder speaks second: nothing to send yet
         messages = _Messages(stream, max_message, handshake=_RESPONDER_READS)
         await messages.handshake(session)
@@ -1717,6 +1806,10 @@ async def open_node(
     identity, fleet = node_dir if isinstance(node_dir, tuple) else load_node(node_dir)
     _quiet_accept_errors()
     node = Node(identity, fleet, cfg, trace)
+    follow = cfg.revocation_file
+    if follow is None and not isinstance(node_dir, tuple):
+        follow = Path(node_dir) / REVOKED_FILE
+    node._revocation_file = None if follow is None else Path(follow)
     async with trio.open_nursery() as nursery:
         listeners: list[Any] = await nursery.start(
             partial(trio.serve_tcp, node.serve, cfg.port, host=cfg.interface)
@@ -1724,6 +1817,7 @@ async def open_node(
         node.port = listeners[0].socket.getsockname()[1]
         node._nursery = nursery
         node.record = node._sign_record()
+        node._follow_revocation_file(trio.current_time())
         if node.detector is not None:
             nursery.start_soon(node._detect)
         for seed in cfg.seeds:

@@ -61,7 +61,7 @@ import enum
 import hashlib
 import hmac
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -243,9 +243,18 @@ class SecureSession:
     failed instead); the peer id is known exactly when established.
     """
 
-    def __init__(self, identity: NodeIdentity, fleet: Fleet, *, initiator: bool) -> None:
+    def __init__(
+        self,
+        identity: NodeIdentity,
+        fleet: Fleet,
+        *,
+        initiator: bool,
+        revoked: Container[int] = frozenset(),
+    ) -> None:
         if fleet.mode == "cert" and identity.certificate is None:
             raise HandshakeError("this node has no certificate for a cert-mode fleet")
+        self._revoked = revoked
+        """Node ids the fleet revoked (``p2p._revocation``): refused at the handshake."""
         self._identity = identity
         self._fleet = fleet
         self._initiator = initiator
@@ -263,14 +272,18 @@ class SecureSession:
         self._peer_certificate: Certificate | None = None
 
     @classmethod
-    def initiator(cls, identity: NodeIdentity, fleet: Fleet) -> Self:
+    def initiator(
+        cls, identity: NodeIdentity, fleet: Fleet, *, revoked: Container[int] = frozenset()
+    ) -> Self:
         """The side that dialled: its :meth:`start` yields the first message."""
-        return cls(identity, fleet, initiator=True)
+        return cls(identity, fleet, initiator=True, revoked=revoked)
 
     @classmethod
-    def responder(cls, identity: NodeIdentity, fleet: Fleet) -> Self:
+    def responder(
+        cls, identity: NodeIdentity, fleet: Fleet, *, revoked: Container[int] = frozenset()
+    ) -> Self:
         """The side that accepted: it speaks after the first message arrives."""
-        return cls(identity, fleet, initiator=False)
+        return cls(identity, fleet, initiator=False, revoked=revoked)
 
     # ---- public state
 
@@ -397,6 +410,8 @@ class SecureSession:
         self._peer_public_key, self._peer_certificate = proof.public_key, cert
 
     def _check_membership(self, pk: bytes, cert_bytes: bytes | None) -> Certificate | None:
+        if node_id_of(pk) in self._revoked:
+            raise HandshakeError(f"peer {node_id_of(pk):016x} was revoked by the fleet")
         if self._fleet.mode == "psk":
             if cert_bytes is not None:
                 raise HandshakeError("unexpected certificate in a psk fleet")

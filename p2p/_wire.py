@@ -39,7 +39,7 @@ node     unsigned integer                                      < 2**64
 ctr      unsigned integer                                      < 2**63
 =======  ====================================================  ==============================
 
-Three runtime-level *control* packets share the packets array (the core never
+Four runtime-level *control* packets share the packets array (the core never
 sees them):
 
 =======  ====================================================  ==============================
@@ -47,8 +47,11 @@ DET      ``[4, detector message]``                             ``vcube.decode_de
                                                                Probe, Reply or Push, uint64
                                                                fields, <= max_detector_entries
 LEAVE    ``[5, incarnation: ctr]``                             the sender leaves gracefully
-MEMBERS  ``[6, digest: node]``                                 digest of the sender's member
-                                                               records (``p2p._membership``)
+MEMBERS  ``[6, digest: node, revocations: ctr]``              digest of the sender's member
+                                                               records (``p2p._membership``),
+                                                               its revocation list's serial
+REVOKED  ``[7, list: bytes]``                                  the fleet's signed revocation
+                                                               list (``p2p._revocation``)
 =======  ====================================================  ==============================
 
 *alive* is the sender's failure-detector version (``vcube.Detector.version``)
@@ -109,6 +112,7 @@ __all__ = [
     "FrameReader",
     "Leave",
     "Members",
+    "Revoked",
     "decode_body",
     "PeerExchange",
     "decode_frame",
@@ -136,7 +140,8 @@ COUNTER_LIMIT: Final = 1 << 63
 MAX_DEPTH: Final = 7
 """Deepest array nesting of a valid body: body, packets, packet, messages, message, deps, id."""
 
-_PUB, _SUB, _UNS, _ACK, _DET, _LEAVE, _MEMBERS = 0, 1, 2, 3, 4, 5, 6
+_PUB, _SUB, _UNS, _ACK, _DET, _LEAVE, _MEMBERS, _REVOKED = 0, 1, 2, 3, 4, 5, 6, 7
+_CONTROL_TAGS = (_DET, _LEAVE, _MEMBERS, _REVOKED)
 
 
 class WireError(P2PError):
@@ -433,12 +438,25 @@ class Leave:
 class Members:
     """A digest of the membership records the sender holds (anti-entropy,
     ``p2p._membership``): a receiver holding a different set answers with its
-    records, so one-way discovery heals in both directions."""
+    records, so one-way discovery heals in both directions.  ``revocations``
+    is the serial of the fleet revocation list the sender holds (0: none): a
+    receiver holding a newer one sends it (``p2p._revocation``)."""
 
     digest: int
+    revocations: int = 0
 
 
-Control = Probe | Reply | Push | Leave | Members
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """The fleet's signed revocation list, as bytes (checked by the receiver)."""
+
+    blob: bytes
+
+
+MAX_REVOKED_BLOB = 64 * 1024
+"""Largest revocation list a REVOKED packet may carry."""
+
+Control = Probe | Reply | Push | Leave | Members | Revoked
 """Runtime-level packets that travel with the core's but never reach it."""
 
 
@@ -448,7 +466,9 @@ def _e_control(c: Control) -> bytes:
     if isinstance(c, Leave):
         return b"\x82" + _e_int(_LEAVE) + _e_int(c.incarnation)
     if isinstance(c, Members):
-        return b"\x82" + _e_int(_MEMBERS) + _e_int(c.digest)
+        return b"\x83" + _e_int(_MEMBERS) + _e_int(c.digest) + _e_int(c.revocations)
+    if isinstance(c, Revoked):
+        return b"\x82" + _e_int(_REVOKED) + _e_bytes(c.blob)
     return b"\x82" + _e_int(_DET) + cbor2.dumps(_detector_tree(c))
 
 
@@ -1057,8 +1077,13 @@ def _d_control(raw: list[object], lim: WireLimits) -> Control:
         _, inc = _array(raw, "LEAVE", 2)
         return Leave(_ctr(inc, "LEAVE.incarnation"))
     if raw[0] == _MEMBERS:
-        _, digest = _array(raw, "MEMBERS", 2)
-        return Members(_node(digest, "MEMBERS.digest"))
+        _, digest, serial = _array(raw, "MEMBERS", 3)
+        return Members(_node(digest, "MEMBERS.digest"), _ctr(serial, "MEMBERS.revocations"))
+    if raw[0] == _REVOKED:
+        _, blob = _array(raw, "REVOKED", 2)
+        if type(blob) is not bytes or not 0 < len(blob) <= MAX_REVOKED_BLOB:
+            raise WireError(f"REVOKED: expected 1..{MAX_REVOKED_BLOB} bytes")
+        return Revoked(blob)
     _, msg = _array(raw, "DET", 2)
     try:
         return decode_detector(msg, max_entries=lim.max_detector_entries)
@@ -1088,7 +1113,12 @@ def _decode_tree(body: bytes, limits: WireLimits) -> Body:
     packets: list[Packet] = []
     control: list[Control] = []
     for p in raw:
-        if type(p) is list and p and p[0] in (_DET, _LEAVE, _MEMBERS) and type(p[0]) is int:
+        if (
+            type(p) is list
+            and p
+            and p[0] in (_DET, _LEAVE, _MEMBERS, _REVOKED)
+            and type(p[0]) is int
+        ):
             control.append(_d_control(p, limits))
         else:
             packets.append(_d_packet(p, limits))

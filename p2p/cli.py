@@ -11,9 +11,17 @@ from pathlib import Path
 
 from causal import PacketLimits
 from p2p._errors import P2PError
-from p2p._identity import add_node, init_fleet, load_node
+from p2p._identity import (
+    DEFAULT_VALID_DAYS,
+    add_node,
+    init_fleet,
+    load_fleet_authority,
+    load_node,
+    write_atomic,
+)
 from p2p._nodecli import add_parser as add_node_parser
 from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
+from p2p._revocation import REVOKED_FILE, load_revocations, revoke
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
 from p2p.telemetry._cli import add_parser as add_telemetry_parser
@@ -76,8 +84,25 @@ def _add_fleet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
     add.add_argument("node_dir", type=Path, metavar="NODE_DIR")
     add.add_argument("--name", help="node name in its certificate (default: the directory name)")
+    add.add_argument(
+        "--valid-days",
+        type=float,
+        default=DEFAULT_VALID_DAYS,
+        help=f"certificate lifetime (default {DEFAULT_VALID_DAYS}; run add-node again to renew)",
+    )
     show = fsub.add_parser("show", help="print a member node's id (hex) and fleet")
     show.add_argument("node_dir", type=Path, metavar="NODE_DIR")
+    rev = fsub.add_parser("revoke", help="revoke member nodes (writes FLEET_DIR/revoked.cbor)")
+    rev.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
+    rev.add_argument("nodes", nargs="+", metavar="NODE", help="a node id (hex) or a NODE_DIR")
+    rev.add_argument(
+        "--to",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="NODE_DIR",
+        help="also copy the list into this member's directory (it spreads from there)",
+    )
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -87,13 +112,45 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         print(f"fleet {fleet.name!r} ({fleet.mode} mode) created in {args.fleet_dir}")
         print(f"keep {args.fleet_dir / secret} secret: it admits new members")
     elif args.fleet_command == "add-node":
-        identity = add_node(args.fleet_dir, args.node_dir, name=args.name)
+        identity = add_node(
+            args.fleet_dir, args.node_dir, name=args.name, valid_days=args.valid_days
+        )
         print(f"node {identity.node_id:016x} in {args.node_dir}")
+    elif args.fleet_command == "revoke":
+        return cmd_revoke(args)
     else:
         identity, fleet = load_node(args.node_dir)
         name = identity.certificate.name if identity.certificate else "-"
         print(f"{identity.node_id:016x} {name} fleet={fleet.name} mode={fleet.mode}")
     return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    """``p2p fleet revoke``: add nodes to the fleet's signed revocation list."""
+    authority = load_fleet_authority(args.fleet_dir)
+    path = args.fleet_dir / REVOKED_FILE
+    previous = load_revocations(path, authority.fleet)
+    nodes = {_node_id(text) for text in args.nodes}
+    rl = revoke(authority, previous, nodes)
+    for target in [args.fleet_dir, *args.to]:
+        write_atomic(target / REVOKED_FILE, rl.encode())
+    print(f"revocation list {rl.serial}: {len(rl.nodes)} nodes revoked ({path})")
+    return 0
+
+
+def _node_id(text: str) -> int:
+    """A node id in hex, or the id of the node directory ``text``."""
+    if Path(text).is_dir():
+        return load_node(text)[0].node_id
+    try:
+        value = int(text, 16)
+    except ValueError:
+        raise P2PError(
+            f"{text!r} is neither a node id (16 hex digits) nor a node directory"
+        ) from None
+    if not 0 <= value < 1 << 64:
+        raise P2PError(f"node id {text!r} does not fit 64 bits")
+    return value
 
 
 def _check_nodes(n: int) -> None:

@@ -30,6 +30,7 @@ from p2p._wire import (
     FrameReader,
     Members,
     PeerExchange,
+    Revoked,
     WireError,
     WireLimits,
     _decode_direct,
@@ -414,25 +415,36 @@ def test_peer_exchange_round_trip() -> None:
 
 @pytest.mark.parametrize("digest", [0, 23, 24, 255, 1 << 32, NODE_LIMIT - 1])
 def test_members_digest_round_trip(digest: int) -> None:
-    raw = encode_packets([], control=[Members(digest)], alive=3)
-    assert cbor2.loads(raw) == [V, [[6, digest]], 3]
-    assert decode_body(raw, LIMITS) == Body([], None, (Members(digest),), 3)
+    raw = encode_packets([], control=[Members(digest, 3)], alive=3)
+    assert cbor2.loads(raw) == [V, [[6, digest, 3]], 3]
+    assert decode_body(raw, LIMITS) == Body([], None, (Members(digest, 3),), 3)
+
+
+def test_revoked_list_round_trip() -> None:
+    raw = encode_packets([], control=[Revoked(b"x" * 300)])
+    assert cbor2.loads(raw) == [V, [[7, b"x" * 300]]]
+    assert decode_body(raw, LIMITS).control == (Revoked(b"x" * 300),)
 
 
 @pytest.mark.parametrize(
-    ("members", "match"),
+    ("control", "match"),
     [
-        ([6], "MEMBERS"),
-        ([6, 1, 2], "MEMBERS"),
-        ([6, -1], "MEMBERS.digest"),
-        ([6, NODE_LIMIT], "CBOR tag"),  # a bignum: refused by the scan
-        ([6, True], "MEMBERS.digest"),
-        ([6, b"x"], "MEMBERS.digest"),
+        ([6, 1], "MEMBERS"),
+        ([6, 1, 2, 3], "MEMBERS"),
+        ([6, -1, 0], "MEMBERS.digest"),
+        ([6, NODE_LIMIT, 0], "CBOR tag"),  # a bignum: refused by the scan
+        ([6, True, 0], "MEMBERS.digest"),
+        ([6, b"x", 0], "MEMBERS.digest"),
+        ([6, 1, COUNTER_LIMIT], "MEMBERS.revocations"),
+        ([7], "REVOKED"),
+        ([7, b""], "REVOKED"),
+        ([7, "text"], "REVOKED"),
+        ([7, b"x" * (64 * 1024 + 1)], "REVOKED"),
     ],
 )
-def test_members_digest_rejects(members: list[object], match: str) -> None:
+def test_membership_controls_reject(control: list[object], match: str) -> None:
     with pytest.raises(WireError, match=match):
-        decode_body(body(members), LIMITS)
+        decode_body(body(control), LIMITS)
 
 
 def test_decode_rejects_oversize_body() -> None:
