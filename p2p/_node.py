@@ -46,7 +46,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,7 @@ import trio
 from causal import MsgId
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
 from p2p._errors import P2PError, SecurityError
-from p2p._identity import Fleet, NodeIdentity, load_node
+from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._liveness import (
     INC_FIELD,
     detector_config,
@@ -601,10 +601,13 @@ class Node:
         self.port = 0
         self.incarnation = new_incarnation()
         """This process's incarnation (``p2p._liveness``), signed into its record."""
+        # The core and the wire carry the payload behind its 8-byte stamp (_STAMP),
+        # so they allow max_payload + 8 and the application gets max_payload exactly.
+        stamped = replace(config.pubsub, max_payload=config.pubsub.max_payload + _STAMP_SIZE)
         self.core = VCubePS(
             self.id,
             overlay=Hypercube([self.id]),
-            config=config.pubsub,
+            config=stamped,
             incarnation=self.incarnation,
         )
         self.detector: Detector | None = None
@@ -658,7 +661,7 @@ class Node:
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._version = 0
-        self._limits = WireLimits.from_config(config.pubsub, max_frame=config.max_frame)
+        self._limits = WireLimits.from_config(stamped, max_frame=config.max_frame)
         self.record = b""
         """This node's signed discovery record (set once it listens)."""
         self._left: dict[int, Peer] = {}
@@ -717,6 +720,11 @@ class Node:
         self._check_open()
         if not isinstance(payload, bytes | bytearray):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if len(payload) > self.config.pubsub.max_payload:
+            raise NodeError(
+                f"payload of {len(payload)} bytes exceeds the limit of "
+                f"{self.config.pubsub.max_payload} bytes (PubSubConfig.max_payload)"
+            )
         if self.config.overflow == "backpressure":
             await self._wait_for_room()
         now = trio.current_time()
@@ -1431,9 +1439,24 @@ async def open_node(
     ``node_dir`` is a directory made by ``p2p fleet add-node`` (or an
     ``(identity, fleet)`` pair).  The node listens on ``config.interface``,
     announces itself by mDNS there, and dials peers as the protocol needs them.
+    A directory is locked for the block (:func:`~p2p._identity.lock_identity`):
+    a second node of the same identity raises ``IdentityInUseError``.
     """
-    cfg = config or NodeConfig()
-    identity, fleet = node_dir if isinstance(node_dir, tuple) else load_node(node_dir)
+    if isinstance(node_dir, tuple):
+        async with _open_node(node_dir, config or NodeConfig(), trace) as node:
+            yield node
+        return
+    loaded = load_node(node_dir)
+    with lock_identity(node_dir):
+        async with _open_node(loaded, config or NodeConfig(), trace) as node:
+            yield node
+
+
+@asynccontextmanager
+async def _open_node(
+    loaded: tuple[NodeIdentity, Fleet], cfg: NodeConfig, trace: TraceHook | None
+) -> AsyncIterator[Node]:
+    identity, fleet = loaded
     node = Node(identity, fleet, cfg, trace)
     async with trio.open_nursery() as nursery:
         listeners: list[Any] = await nursery.start(
