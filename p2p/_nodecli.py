@@ -29,12 +29,13 @@ import base64
 import errno
 import json
 import logging
+import resource
 import socket
 import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import trio
 
@@ -129,6 +130,7 @@ def _config(args: argparse.Namespace) -> NodeConfig:
     for seed in args.seed:
         parse_address(seed)
     _check_listen(args.interface, args.port)
+    _check_files()
     return NodeConfig(
         interface=args.interface,
         port=args.port,
@@ -138,6 +140,20 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         telemetry_dir=args.telemetry,
         telemetry_collector=args.collector,
     )
+
+
+MIN_FILES = 64
+"""Open files a node needs at the least (sockets, zeroconf, trio, key files); below
+this, zeroconf's thread can fail so that starting discovery never returns."""
+
+
+def _check_files() -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < MIN_FILES:
+        raise CommandError(
+            f"too many open files: this process may open {soft}, a node needs at least "
+            f"{MIN_FILES} (raise it with `ulimit -n`)"
+        )
 
 
 def _check_listen(interface: str, port: int) -> None:
@@ -163,12 +179,20 @@ def _check_listen(interface: str, port: int) -> None:
             raise
 
 
+class _BriefFormatter(logging.Formatter):
+    """Log records with their exception as one line (``--debug``: the traceback):
+    a user reads what failed, not where in trio it did."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
+        return f"  ({ei[0].__name__}: {ei[1]})"
+
+
 def _logging(args: argparse.Namespace, default: int = logging.INFO) -> None:
-    logging.basicConfig(
-        level=logging.ERROR if args.quiet else default,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    debug = getattr(args, "debug", False)
+    handler.setFormatter(logging.Formatter(fmt) if debug else _BriefFormatter(fmt))
+    logging.basicConfig(level=logging.ERROR if args.quiet else default, handlers=[handler])
 
 
 class _Trace:
@@ -395,6 +419,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``p2p status``: this identity, and the members announcing on the interface."""
     if args.wait <= 0:
         raise P2PError("--wait must be positive")
+    _check_files()
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     identity, fleet = load_node(args.identity)
     peers, stop = trio.run(_watch, args, identity.node_id, fleet)

@@ -15,12 +15,14 @@ Shared by every long-running ``p2p`` verb and the examples::
 The cancellation happens *inside* ``open_node``, so the node closes as on a
 normal end (LEAVE to every member, queued frames drained) and its peers see a
 graceful leave, not a suspicion.  A second signal while leaving abandons the
-leave and ends at once.
+leave and ends the process at once (a leave can wait on a thread, e.g.
+zeroconf's, that no cancellation reaches).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import resource
 import signal
 import sys
@@ -40,7 +42,7 @@ class Shutdown:
     """What ended a command: ``signum`` is the first signal received, if any.
 
     Invariant: ``scope`` is cancelled by the first SIGINT or SIGTERM or at the
-    deadline; a second signal cancels the whole :func:`graceful` block.
+    deadline; a second signal ends the process at once with the same status.
     """
 
     def __init__(self) -> None:
@@ -52,13 +54,16 @@ class Shutdown:
         """130 after SIGINT; 0 after SIGTERM, the deadline or a normal end."""
         return INTERRUPTED if self.signum == signal.SIGINT else 0
 
-    async def _listen(self, signals: AsyncIterator[int], block: trio.CancelScope) -> None:
+    async def _listen(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
             if self.signum is None:
                 self.signum = signum
                 self.scope.cancel()
-            else:
-                block.cancel()
+            else:  # the leave can wait on threads no cancellation reaches: end now
+                print("p2p: stopped by a second signal: leave abandoned", file=sys.stderr)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(self.exit_code)
 
 
 @asynccontextmanager
@@ -68,16 +73,11 @@ async def graceful(duration: float | None = None) -> AsyncIterator[Shutdown]:
     stop = Shutdown()
     if duration is not None:
         stop.scope.deadline = trio.current_time() + duration
-    with (
-        trio.CancelScope() as block,
-        trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
-    ):
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop._listen, signals, block)
+            nursery.start_soon(stop._listen, signals)
             yield stop
             nursery.cancel_scope.cancel()
-    if block.cancelled_caught and stop.signum is not None:
-        print("stopped by a second signal: leave abandoned", file=sys.stderr)
 
 
 def run_cli(command: Callable[[], int], *, debug: bool = False, prog: str = "p2p") -> int:
@@ -108,6 +108,9 @@ def explain(exc: BaseException) -> tuple[int, str]:
     if any(isinstance(e, KeyboardInterrupt) for e in leaves):
         return INTERRUPTED, "interrupted"
     first = next((e for e in leaves if isinstance(e, P2PError)), leaves[0])
+    exhausted = _out_of_files(first)
+    if exhausted is not None:  # whichever layer met it, the remedy is the same
+        return 1, f"error: {_os_message(exhausted)}"
     if isinstance(first, P2PError):
         return first.exit_code, f"error: {first}"
     if isinstance(first, OSError):
@@ -119,6 +122,18 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
     return [exc]
+
+
+def _out_of_files(exc: BaseException) -> OSError | None:
+    """The EMFILE/ENFILE behind ``exc`` (itself, or what it was raised from), if any."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short chain: errors wrap an OS error once or twice
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _os_message(exc: OSError) -> str:

@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from _cli import P2P
+from _cli import make_fleet as _fleet
 
 from p2p.cli import main
-
-P2P = [sys.executable, "-m", "p2p"]
-
-
-def _fleet(tmp_path: Path, names: list[str]) -> dict[str, str]:
-    assert main(["fleet", "init", str(tmp_path / "fleet")]) == 0
-    ids = {}
-    for name in names:
-        assert main(["fleet", "add-node", str(tmp_path / "fleet"), str(tmp_path / name)]) == 0
-        out = subprocess.run(
-            [*P2P, "fleet", "show", str(tmp_path / name)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        ids[name] = out.stdout.split()[0]
-    return ids
 
 
 def test_sub_pub_and_status_over_mdns(tmp_path: Path) -> None:
