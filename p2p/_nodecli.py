@@ -129,7 +129,7 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         raise P2PError("--no-mdns needs at least one --seed HOST:PORT")
     for seed in args.seed:
         parse_address(seed)
-    _check_listen(args.interface, args.port)
+    check_listen(args.interface, args.port)
     _check_files()
     return NodeConfig(
         interface=args.interface,
@@ -156,7 +156,7 @@ def _check_files() -> None:
         )
 
 
-def _check_listen(interface: str, port: int) -> None:
+def check_listen(interface: str, port: int) -> None:
     """Fail early, naming the flag, if ``interface`` is not local or ``port`` is taken
     (the runtime's own bind errors stay the fallback if this races)."""
     try:
@@ -472,4 +472,4 @@ async def _watch(
     return sorted(found.values(), key=lambda p: p.node_id), stop
 
 
-__all__ = ["Delivery", "add_parser", "cmd_node", "cmd_pub", "cmd_status", "cmd_sub"]
+__all__ = ["Delivery", "add_parser", "check_listen", "cmd_node", "cmd_pub", "cmd_status", "cmd_sub"]

@@ -38,16 +38,20 @@ def as_from_a_terminal() -> None:
     os.setsid()
 
 
-def start(args: list[str], log: Path) -> subprocess.Popen[str]:
-    """``p2p ARGS`` in the background, stdout and stderr into ``log``."""
+def start(
+    args: list[str], log: Path, *, command: list[str] = P2P, stdin: int = subprocess.DEVNULL
+) -> subprocess.Popen[str]:
+    """``p2p ARGS`` (or ``COMMAND ARGS``) in the background, unbuffered, stdout and
+    stderr into ``log``."""
     fh = open(log, "w", encoding="utf-8")  # noqa: SIM115 (closed with the process)
     return subprocess.Popen(
-        [*P2P, *args],
+        [*command, *args],
         stdout=fh,
         stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         text=True,
         preexec_fn=as_from_a_terminal,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
 
 

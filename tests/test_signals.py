@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _cli import free_port, in_log, make_fleet, start, stop, wait_for
+from _cli import P2P, free_port, in_log, make_fleet, start, stop, wait_for
 
 VICTIMS = ["sub-int", "sub-term", "node-int", "node-term", "sub-duration", "node-duration"]
 
@@ -109,3 +110,49 @@ def test_status_interrupted_exits_130_without_traceback(watcher: Watcher) -> Non
     finally:
         stop(proc)
     assert "Traceback" not in log.read_text()
+
+
+EXAMPLE = [sys.executable, "-m"]
+
+
+@pytest.mark.parametrize(
+    ("example", "ready", "signum", "code"),
+    [
+        ("edge_examples.chat", "type to chat", signal.SIGINT, 130),
+        ("edge_examples.sensor", "publishing on", signal.SIGINT, 130),
+        ("edge_examples.game", "other player(s) found", signal.SIGINT, 130),
+        ("edge_examples.game", "other player(s) found", signal.SIGTERM, 0),
+    ],
+)
+def test_examples_end_on_signals(
+    watcher: Watcher, example: str, ready: str, signum: int, code: int
+) -> None:
+    """The examples' long runs: exit 130 / 0 and no traceback (they use mDNS or their
+    own options, so the leave itself is checked on ``p2p`` above)."""
+    name = f"{example.split('.')[1]}-{signal.Signals(signum).name}"
+    assert main_fleet_add(watcher.root, name)
+    node = str(watcher.root / name)
+    args = {
+        "edge_examples.chat": ["--identity", node],
+        "edge_examples.sensor": ["run", "--identity", node, "--settle", "0", "--no-mdns",
+                                 "--seed", f"127.0.0.1:{watcher.port}", "--interval", "0.2"],
+        "edge_examples.game": ["--identity", node, "--headless", "--duration", "60", "--no-mdns",
+                               "--seed", f"127.0.0.1:{watcher.port}", "--settle", "0"],
+    }[example]  # fmt: skip
+    log = watcher.root / f"{name}.log"
+    proc = start([example, *args], log, command=EXAMPLE, stdin=subprocess.PIPE)
+    try:
+        wait_for(f"{example} to start", in_log(log, ready), log=log)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == code, log.read_text()
+    finally:
+        stop(proc)
+    assert "Traceback" not in log.read_text()
+
+
+def main_fleet_add(root: Path, name: str) -> bool:
+    result = subprocess.run(
+        [*P2P, "fleet", "add-node", str(root / "fleet"), str(root / name)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return result.returncode == 0
