@@ -26,10 +26,24 @@ def _add_delay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rng-seed", type=int, default=0, help="seed of the simulator's random numbers (default 0)"
     )
+    _old_seed_flag(p)
     p.add_argument("--tpp-mean", type=float, default=100.0, help="mean propagation time t_pp")
     p.add_argument("--tpp-stdev", type=float, default=25.0, help="stdev of t_pp")
     p.add_argument("--tpc", type=float, default=1.0, help="processing time t_pc per input")
     p.add_argument("--tt", type=float, default=1.0, help="transmission time t_t per packet")
+
+
+def _old_seed_flag(p: argparse.ArgumentParser) -> None:
+    """The simulator's RNG flag was ``--seed``; it now names only a real node's peer."""
+    p.add_argument("--seed", dest="old_seed", help=argparse.SUPPRESS)
+
+
+def _refuse_old_seed(args: argparse.Namespace) -> None:
+    if getattr(args, "old_seed", None) is not None:
+        raise P2PError(
+            f"--seed is now --rng-seed {args.old_seed} (the simulator's random seed); "
+            "--seed names a HOST:PORT peer of a real node"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=64)
     demo.add_argument("--messages", type=int, default=256)
     demo.add_argument("--rng-seed", type=int, default=1, help="random seed (default 1)")
+    _old_seed_flag(demo)
     demo.add_argument("--metrics", type=Path, help="write the VCube-PS METRICS.json here")
     _add_fleet_parser(sub)
     add_node_parser(sub)
@@ -201,6 +216,7 @@ def _summary(sim: Simulation, label: str, wall: float) -> str:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    _refuse_old_seed(args)
     _check_nodes(args.nodes)
     if not 64 <= args.mtu <= 1 << 20:
         raise P2PError(f"--mtu must be between 64 and 1048576 bytes, got {args.mtu}")
@@ -233,6 +249,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _refuse_old_seed(args)
     _check_nodes(args.nodes)
     actions = chat_fleet(args.nodes, seed=args.rng_seed, messages=args.messages)
     print(

@@ -117,3 +117,10 @@ def test_console_script_demo_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "vcube-ps:" in proc.stdout
     assert "srpt:" in proc.stdout
+
+
+def test_the_old_seed_flag_says_where_it_went(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", str(FIG54), "--nodes", "8", "--seed", "3", "--quiet"]) == 2
+    assert "--seed is now --rng-seed 3" in capsys.readouterr().err
+    assert main(["demo", "--seed", "1"]) == 2
+    assert "--seed is now --rng-seed 1" in capsys.readouterr().err
