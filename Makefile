@@ -1,23 +1,32 @@
 # Two entry points, each creates the environment first (see README "Quick start").
+# `make demo` installs only the library (no dev tools, no PySpark); `make test`
+# installs the dev tools and the `spark` extra (the telemetry job's tests).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo sim-demo test test-fast lint bench bench-runtime reproduce clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(BASE)
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-## demo: set up, then run a local LAN-chat fleet (5 real nodes, TCP + mDNS on 127.0.0.1)
-demo: $(STAMP)
+## demo: set up (library only), then run a local LAN-chat fleet (5 real nodes, TCP + mDNS on 127.0.0.1)
+demo: $(BASE)
 	$(BIN)/python -m edge_examples.chat --demo
 
 ## sim-demo: simulate the embedded default fleet (64 nodes) and print a summary
-sim-demo: $(STAMP)
+sim-demo: $(BASE)
 	$(BIN)/p2p demo
 
 ## lint: ruff and mypy --strict

@@ -6,12 +6,13 @@ Interactive, one per machine (each with its own node directory from
     python -m edge_examples.chat --identity NODE_DIR --interface 192.168.1.20 --room lobby
 
 Type a line to send it; ``/reply TEXT`` answers the last message you saw.
+Ctrl-C (or SIGTERM, or end of input) leaves the room and the overlay gracefully.
 
 Local demo fleet (the README's main job): several nodes on this host, real
 TCP and real mDNS on 127.0.0.1, bots that chat and answer each other, then a
 summary of deliveries, ordering and latency::
 
-    python -m edge_examples.chat --demo [--nodes 5] [--messages 6]
+    python -m edge_examples.chat --demo [--nodes 5] [--messages 6] [--rng-seed 1]
 
 Causal order is what makes replies safe: a bot answers a message only after
 delivering it, so the answer is causally after it, and every node delivers
@@ -29,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -36,6 +38,8 @@ import trio
 from p2p._errors import P2PError
 from p2p._identity import add_node, init_fleet
 from p2p._node import Delivery, Node, NodeConfig, Subscription, open_node
+from p2p._nodecli import check_listen
+from p2p._shutdown import graceful, run_cli
 from p2p.sim import TraceEvent, check_trace, format_violations
 
 
@@ -124,7 +128,15 @@ async def _talk(bot: _Bot, room: str, messages: int, rng: random.Random) -> None
 
 
 async def run_demo(nodes: int, messages: int, seed: int, room: str = "lobby") -> int:
-    """Start ``nodes`` real nodes on loopback, chat, print a summary; 0 if all checks pass."""
+    """Start ``nodes`` real nodes on loopback, chat, print a summary; 0 if all checks pass
+    (Ctrl-C: 130, SIGTERM: 0, no summary)."""
+    async with graceful() as stop:
+        with stop.scope:
+            return await _demo(nodes, messages, seed, room)
+    return stop.exit_code
+
+
+async def _demo(nodes: int, messages: int, seed: int, room: str) -> int:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="p2p-chat-demo-") as tmp:
         base = Path(tmp)
@@ -206,18 +218,25 @@ def _summary(bots: list[_Bot], trace: list[TraceEvent], total: int, *, timed_out
 
 
 async def run_interactive(identity: Path, interface: str, room: str) -> int:
+    """Chat until end of input, SIGINT (exit 130) or SIGTERM (0); the node leaves
+    gracefully in every case (the signal cancels inside ``open_node``)."""
     cfg = NodeConfig(interface=interface)
-    async with open_node(identity, cfg) as node:
-        print(f"node {node.id:016x}: discovering peers for 2 s...", file=sys.stderr)
-        await trio.sleep(2)
-        sub = await node.subscribe(room)
-        print(f"joined {room!r} with {len(node.core.view(room)) - 1} others; type to chat")
-        last: list[tuple[str, int]] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_show, sub, last)
-            await _read_stdin(node, room, last)
-            nursery.cancel_scope.cancel()
-    return 0
+    async with graceful() as stop, open_node(identity, cfg) as node:
+        with stop.scope:
+            await _chat_interactively(node, room)
+    return stop.exit_code
+
+
+async def _chat_interactively(node: Node, room: str) -> None:
+    print(f"node {node.id:016x}: discovering peers for 2 s...", file=sys.stderr)
+    await trio.sleep(2)
+    sub = await node.subscribe(room)
+    print(f"joined {room!r} with {len(node.core.view(room)) - 1} others; type to chat")
+    last: list[tuple[str, int]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_show, sub, last)
+        await _read_stdin(node, room, last)
+        nursery.cancel_scope.cancel()
 
 
 async def _show(sub: Subscription, last: list[tuple[str, int]]) -> None:
@@ -233,7 +252,8 @@ async def _show(sub: Subscription, last: list[tuple[str, int]]) -> None:
 async def _read_stdin(node: Node, room: str, last: list[tuple[str, int]]) -> None:
     name = f"{node.id:016x}"[:6]
     while True:
-        text = await trio.to_thread.run_sync(sys.stdin.readline)
+        # abandoned on cancel: a blocked readline must not hold up Ctrl-C
+        text = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         if not text:
             return
         text = text.rstrip("\n")
@@ -251,24 +271,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--demo", action="store_true", help="run the local demo fleet and exit")
     p.add_argument("--nodes", type=int, default=5)
     p.add_argument("--messages", type=int, default=6, help="messages per bot in the demo")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rng-seed", type=int, default=1, help="random seed of the demo's bots")
     p.add_argument("--identity", type=Path, help="node directory (interactive mode)")
     p.add_argument("--interface", default="127.0.0.1")
     p.add_argument("--room", default="lobby")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     args = p.parse_args(argv)
-    try:
-        if args.demo:
-            if not 2 <= args.nodes <= 32 or not 1 <= args.messages <= 1000:
-                raise P2PError("--nodes must be 2..32 and --messages 1..1000")
-            return trio.run(run_demo, args.nodes, args.messages, args.seed)
-        if args.identity is None:
-            raise P2PError("give --identity NODE_DIR (or --demo)")
-        return trio.run(run_interactive, args.identity, args.interface, args.room)
-    except P2PError as exc:
-        print(f"chat: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_cli(partial(_run, args), debug=args.debug, prog="chat")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.demo:
+        if not 2 <= args.nodes <= 32 or not 1 <= args.messages <= 1000:
+            raise P2PError("--nodes must be 2..32 and --messages 1..1000")
+        return trio.run(run_demo, args.nodes, args.messages, args.rng_seed)
+    if args.identity is None:
+        raise P2PError("give --identity NODE_DIR (or --demo)")
+    check_listen(args.interface, 0)
+    return trio.run(run_interactive, args.identity, args.interface, args.room)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -58,9 +60,9 @@ from edge_examples._game_net import (
     write_ledger,
 )
 from edge_examples._game_run import GameError, RunConfig, make_fleet, profiled, run_headless
-from p2p._errors import P2PError
 from p2p._identity import load_node
 from p2p._node import NodeConfig, open_node, parse_address
+from p2p._shutdown import Shutdown, graceful, run_cli
 
 DEFAULT_CROWD = "half"
 
@@ -121,7 +123,8 @@ async def run_lan_player(args: argparse.Namespace, gmap: GameMap) -> int:
         discovery=not args.no_mdns,
     )
     say = _progress(args.quiet or not args.headless)
-    async with open_node((identity, fleet), cfg) as node:
+    # Ctrl-C / SIGTERM cancel the game inside open_node: the node still leaves gracefully.
+    async with graceful() as stop, open_node((identity, fleet), cfg) as node, _played(stop):
         say(f"node {node.id:016x} on {args.interface}:{node.port}; finding peers")
         await trio.sleep(args.settle)
         say(f"{len(node.members()) - 1} other player(s) found")
@@ -137,6 +140,8 @@ async def run_lan_player(args: argparse.Namespace, gmap: GameMap) -> int:
             await player.leave_game()
             nursery.cancel_scope.cancel()
         members = len(node.members())
+    if stop.signum is not None:
+        return stop.exit_code
     if not args.headless:
         return 0
     return _lan_report(args, gmap, player, start_ns, members)
@@ -180,6 +185,13 @@ async def _play(player: Player, nursery: trio.Nursery, rate: float, duration: fl
         player.stop()
 
 
+@asynccontextmanager
+async def _played(stop: Shutdown) -> AsyncIterator[None]:
+    """The game's block under ``stop.scope`` (so a signal ends it, not the node)."""
+    with stop.scope:
+        yield
+
+
 async def _play_with_ui(player: Player, nursery: trio.Nursery, rate: float) -> None:
     from edge_examples._game_ui import run_ui
 
@@ -200,7 +212,7 @@ async def run_local(args: argparse.Namespace, gmap: GameMap) -> int:
         names = [f"bot{i}" for i in range(args.bots)] + ["you"]
         dirs = make_fleet(Path(tmp), names)
         crowd = _crowd(args)
-        plans = plan_bots(gmap, args.bots, crowd, args.seed, _hot(args))
+        plans = plan_bots(gmap, args.bots, crowd, args.rng_seed, _hot(args))
         players = [PlayerSpec(p.index, p.name, str(dirs[p.index]), p) for p in plans]
         players.append(PlayerSpec(args.bots, "you", str(dirs[-1]), None))
         spec = ShardSpec(
@@ -268,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
     game.add_argument("--tile-size", type=int, default=8, help="cells per tile side (8)")
     game.add_argument("--radius", type=int, default=1, help="tiles of interest around a player (1)")
     game.add_argument("--speed", type=float, default=4.0, help="bot speed, cells per second (4)")
-    game.add_argument("--seed", type=int, default=1, help="random seed of the bots (1)")
+    game.add_argument("--rng-seed", type=int, default=1, help="random seed of the bots (1)")
     game.add_argument("--name", default="", help="your name on the map (LAN mode)")
     run = p.add_argument_group("run")
     run.add_argument("--report", type=Path, help="write the JSON report here")
@@ -292,6 +304,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--interface", default="127.0.0.1", help="address peers dial (127.0.0.1)")
     run.add_argument("--port", type=int, default=0, help="LAN mode: TCP port to listen on (any)")
     run.add_argument(
+        "--seed",
         "--seed-peer",
         dest="peers",
         action="append",
@@ -313,6 +326,7 @@ def _parser() -> argparse.ArgumentParser:
         help="write cProfile statistics of every process to DIR",
     )
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return p
 
 
@@ -324,6 +338,10 @@ def _procs(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    return run_cli(partial(_run, args), debug=args.debug, prog="game")
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         cols, rows = parse_size(args.map)
         gmap = GameMap(cols, rows, args.tile_size, args.radius)
@@ -351,18 +369,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             hot=_hot(args),
             speed=args.speed,
             procs=_procs(args),
-            seed=args.seed,
+            seed=args.rng_seed,
             warmup=args.warmup,
             discovery=args.discovery,
             interface=args.interface,
             profile_dir=args.profile,
         )
         return run_benchmark(cfg, args.report, quiet=args.quiet, ledger_path=args.ledger)
-    except (P2PError, ValueError) as exc:
-        print(f"game: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    except ValueError as exc:  # a malformed --map or --hot-tile
+        raise GameError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -53,6 +54,7 @@ from p2p import BlockingNode, BlockingSubscription, NodeConfig, P2PError
 from p2p._identity import add_node, init_fleet
 from p2p._nodecli import _common as add_node_options
 from p2p._nodecli import _config as node_config
+from p2p._shutdown import INTERRUPTED, run_cli
 
 log = logging.getLogger("edge_examples.sensor")
 
@@ -175,13 +177,26 @@ def run_sensor(
 # --------------------------------------------------------------- dashboard
 
 
-def latest_readings(sub: BlockingSubscription, timeout: float) -> Iterator[dict[str, Reading]]:
-    """The latest reading per device, after each new one; stops after ``timeout`` s of silence.
+def latest_readings(
+    sub: BlockingSubscription, timeout: float, stop: threading.Event | None = None
+) -> Iterator[dict[str, Reading]]:
+    """The latest reading per device, after each new one; stops after ``timeout`` s of
+    silence, or within half a second of ``stop`` being set.
 
     Malformed readings are logged and skipped (they come from the network).
     """
     latest: dict[str, Reading] = {}
-    for delivery in sub.iter(timeout=timeout):
+    heard = time.monotonic()
+    while stop is None or not stop.is_set():
+        try:
+            delivery = sub.get(timeout=min(0.5, timeout))
+        except TimeoutError:
+            if time.monotonic() - heard >= timeout:
+                return
+            continue
+        if delivery is None:
+            return
+        heard = time.monotonic()
         try:
             reading = Reading.decode(delivery.payload)
         except ValueError as exc:
@@ -208,7 +223,7 @@ def format_table(latest: dict[str, Reading], now: float) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
-    _on_signals(stop)
+    signals = _on_signals(stop)
     device = args.device or args.identity.name
     config = node_config(args)
     with BlockingNode(args.identity, config) as node:
@@ -229,20 +244,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop.wait(args.settle)
         sent = run_sensor(node, args.topic, device, args.interval, stop, args.count)
     log.info("stopped after %d readings", sent)
-    return 0
+    return _exit_code(signals)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     stop = threading.Event()
-    _on_signals(stop)
+    signals = _on_signals(stop)
     with BlockingNode(args.identity, node_config(args)) as node:
         stop.wait(args.settle)
         sub = node.subscribe(args.topic, timeout=60)
-        for latest in latest_readings(sub, timeout=args.silence):
+        for latest in latest_readings(sub, timeout=args.silence, stop=stop):
             print(format_table(latest, time.time()), end="\n\n", flush=True)
-            if stop.is_set():
-                break
-    return 0
+    return _exit_code(signals)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -254,7 +267,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for name in names:
             add_node(root / "fleet", root / name)
         stop = threading.Event()
-        _on_signals(stop)
+        signals = _on_signals(stop)
         with BlockingNode(root / "dashboard", NodeConfig(discovery=False)) as dash:
             seeds = (f"127.0.0.1:{dash.port}",)
             nodes = [
@@ -273,9 +286,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     t.start()
                 latest: dict[str, Reading] = {}
                 deadline = time.monotonic() + args.duration
-                for snapshot in latest_readings(sub, timeout=5):
+                for snapshot in latest_readings(sub, timeout=5, stop=stop):
                     latest = snapshot
-                    if time.monotonic() > deadline or stop.is_set():
+                    if time.monotonic() > deadline:
                         break
                 print(format_table(latest, time.time()))
                 stop.set()
@@ -285,18 +298,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 for n in nodes:
                     n.close()
         print(f"{len(latest)} devices reporting ('*': simulated temperature)")
+    if signals:
+        return _exit_code(signals)
     return 0 if len(latest) == len(names) - 1 else 1
 
 
-def _on_signals(stop: threading.Event) -> None:
-    """SIGTERM (systemd stop) and SIGINT end the loop cleanly."""
+def _on_signals(stop: threading.Event) -> list[int]:
+    """SIGTERM (systemd stop) and SIGINT end the loop cleanly: ``stop`` is set and the
+    node closes as usual (a graceful leave).  Returns the signals received; a second
+    one ends the process at once."""
+    received: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            print("sensor: stopped by a second signal", file=sys.stderr, flush=True)
+            os._exit(_exit_code(received))
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+    return received
+
+
+def _exit_code(signals: list[int]) -> int:
+    """130 if the first signal was SIGINT (as a shell reports Ctrl-C), else 0."""
+    return INTERRUPTED if signals[:1] == [signal.SIGINT] else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -333,17 +361,16 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    return run_cli(partial(_run, args), debug=getattr(args, "debug", False), prog="sensor")
+
+
+def _run(args: argparse.Namespace) -> int:
     if getattr(args, "interval", 1.0) <= 0 or getattr(args, "duration", 1.0) <= 0:
-        print("sensor: error: --interval and --duration must be positive", file=sys.stderr)
-        return 2
+        raise P2PError("--interval and --duration must be positive")
     if args.command == "demo":
         logging.getLogger("p2p").setLevel(logging.WARNING)  # the node's join lines
     commands = {"run": cmd_run, "dashboard": cmd_dashboard, "demo": cmd_demo}
-    try:
-        return commands[args.command](args)
-    except P2PError as exc:
-        print(f"sensor: error: {exc}", file=sys.stderr)
-        return 2
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

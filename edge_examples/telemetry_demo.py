@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -97,32 +96,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edge_examples.telemetry_demo")
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--out", type=Path, help="keep landing data and results here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("telemetry-demo"),
+        help="landing data and results (default: ./telemetry-demo, kept after the run)",
+    )
     args = parser.parse_args(argv)
     if not 2 <= args.nodes <= 32 or args.duration <= 0:
         print("telemetry_demo: error: need 2..32 nodes and a positive duration", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="p2p-telemetry-") as tmp:
-        root = args.out or Path(tmp)
-        root.mkdir(parents=True, exist_ok=True)
-        collector = trio.run(run_fleet, root, args.nodes, args.duration)
-        s = collector.stats
-        print(f"collector: {s.files_landed} files, {s.records_landed} records landed "
-              f"from {len(s.per_device)} devices in {root / 'landing'}")  # fmt: skip
-        from p2p.telemetry._cli import main as telemetry
+    root = args.out
+    if root.exists() and any(root.iterdir()):
+        print(f"telemetry_demo: error: {root} is not empty (an earlier run?): remove it "
+              "or pass another --out", file=sys.stderr)  # fmt: skip
+        return 2
+    root.mkdir(parents=True, exist_ok=True)
+    collector = trio.run(run_fleet, root, args.nodes, args.duration)
+    s = collector.stats
+    print(f"collector: {s.files_landed} files, {s.records_landed} records landed "
+          f"from {len(s.per_device)} devices in {root / 'landing'}")  # fmt: skip
+    from p2p.telemetry._cli import main as telemetry
 
-        try:
-            code = telemetry(["telemetry", "aggregate", str(root / "landing"),
-                              "--out", str(root / "results"), "--master", "local[2]",
-                              "--window", "5"])  # fmt: skip
-        except P2PError as exc:
-            print(f"telemetry_demo: error: {exc}", file=sys.stderr)
-            return 2
-        if code == 0:
-            print(f"report: {root / 'results' / 'report.html'}")
-            if args.out is None:
-                print("(a temporary directory: pass --out DIR to keep it)")
-        return code
+    try:
+        code = telemetry(["telemetry", "aggregate", str(root / "landing"),
+                          "--out", str(root / "results"), "--master", "local[2]",
+                          "--window", "5"])  # fmt: skip
+    except P2PError as exc:
+        print(f"telemetry_demo: error: {exc}", file=sys.stderr)
+        return 2
+    if code == 0:
+        print(f"report: {root / 'results' / 'report.html'}")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,8 +1,21 @@
 """Exception root of the :mod:`p2p` package."""
 
+from typing import ClassVar
+
 
 class P2PError(Exception):
     """Root of every error raised by :mod:`p2p`."""
+
+    exit_code: ClassVar[int] = 2
+    """Exit status when this error ends a command: 2, the command as given cannot
+    work (a bad argument or input file); subclasses for runtime failures say 1."""
+
+
+class CommandError(P2PError):
+    """A well-formed command failed while running (a port in use, an identity
+    already running elsewhere, too few subscribers): exit status 1."""
+
+    exit_code = 1
 
 
 class ScenarioError(P2PError, ValueError):
@@ -31,3 +44,7 @@ class ReplayError(AuthenticationError):
 
 class ForgedRecordError(SecurityError):
     """A discovery record is malformed, unsigned, wrongly signed or from outside the fleet."""
+
+
+class IdentityInUseError(CommandError):
+    """Another process runs a node with this identity (its lock file names the pid)."""

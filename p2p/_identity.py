@@ -21,6 +21,7 @@ On-disk layout (every file 0600, every directory this module creates 0700)::
     NODE_DIR/node.cert     the node's certificate, CBOR           (cert mode)
     NODE_DIR/fleet.cbor    copy of the fleet description
     NODE_DIR/fleet.psk     copy of the pre-shared key             (psk mode)
+    NODE_DIR/node.lock     pid of the process running the node (``lock_identity``)
 
 Secret files (``*.key``, ``*.psk``) that group or others can read are refused.
 Every loader raises :class:`~p2p._errors.IdentityError` naming the file and the
@@ -30,11 +31,14 @@ reason; nothing here raises a bare ``OSError`` or ``ValueError``.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import hmac
 import os
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +48,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from p2p._errors import AuthenticationError, IdentityError, SecurityError
+from p2p._errors import AuthenticationError, IdentityError, IdentityInUseError, SecurityError
 
 __all__ = [
     "Certificate",
@@ -59,6 +63,7 @@ __all__ = [
     "load_fleet_authority",
     "load_node",
     "load_or_create_identity",
+    "lock_identity",
     "node_id_of",
     "verify_certificate",
     "write_atomic",
@@ -71,6 +76,7 @@ FLEET_KEY_FILE = "fleet.key"
 PSK_FILE = "fleet.psk"
 NODE_KEY_FILE = "node.key"
 NODE_CERT_FILE = "node.cert"
+LOCK_FILE = "node.lock"
 
 MAX_NAME = 64
 MAX_CERT_SIZE = 512
@@ -563,3 +569,36 @@ def load_node(node_dir: Path | str) -> tuple[NodeIdentity, Fleet]:
     if cert.node_public_key != raw_public(key):
         raise IdentityError(f"{cert_path}: certificate is for another key than {NODE_KEY_FILE}")
     return NodeIdentity(key, cert), fleet
+
+
+@contextlib.contextmanager
+def lock_identity(node_dir: Path | str) -> Iterator[None]:
+    """Hold ``NODE_DIR/node.lock`` (``flock``, released when the process dies) for
+    the block, so one identity runs in one process at a time: two incarnations of
+    one id would fight over membership.  Raises :class:`IdentityInUseError`
+    naming the holder's pid.  A directory where the lock cannot be created
+    (read-only media) runs unlocked."""
+    path = Path(node_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise IdentityError(f"{path}: cannot create the lock ({exc.strerror})") from None
+        fd = -1
+    if fd < 0:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise IdentityInUseError(
+                f"{node_dir}: identity already in use by process {holder} "
+                "(one process per identity; stop it or use another NODE_DIR)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)

@@ -51,7 +51,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Container
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +61,7 @@ import trio
 from causal import MsgId
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
 from p2p._errors import IdentityError, P2PError, SecurityError
-from p2p._identity import Fleet, NodeIdentity, load_node
+from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._liveness import (
     INC_FIELD,
     detector_config,
@@ -671,10 +671,13 @@ class Node:
         self.port = 0
         self.incarnation = new_incarnation()
         """This process's incarnation (``p2p._liveness``), signed into its record."""
+        # The core and the wire carry the payload behind its 8-byte stamp (_STAMP),
+        # so they allow max_payload + 8 and the application gets max_payload exactly.
+        stamped = replace(config.pubsub, max_payload=config.pubsub.max_payload + _STAMP_SIZE)
         self.core = VCubePS(
             self.id,
             overlay=Hypercube([self.id]),
-            config=config.pubsub,
+            config=stamped,
             incarnation=self.incarnation,
         )
         self.detector: Detector | None = None
@@ -752,7 +755,7 @@ class Node:
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._version = 0
-        self._limits = WireLimits.from_config(config.pubsub, max_frame=config.max_frame)
+        self._limits = WireLimits.from_config(stamped, max_frame=config.max_frame)
         self.record = b""
         """This node's signed discovery record (set once it listens)."""
         self._left: dict[int, Peer] = {}
@@ -811,6 +814,11 @@ class Node:
         self._check_open()
         if not isinstance(payload, bytes | bytearray):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if len(payload) > self.config.pubsub.max_payload:
+            raise NodeError(
+                f"payload of {len(payload)} bytes exceeds the limit of "
+                f"{self.config.pubsub.max_payload} bytes (PubSubConfig.max_payload)"
+            )
         if self.config.overflow == "backpressure":
             await self._wait_for_room()
         now = trio.current_time()
@@ -1801,14 +1809,30 @@ async def open_node(
     ``node_dir`` is a directory made by ``p2p fleet add-node`` (or an
     ``(identity, fleet)`` pair).  The node listens on ``config.interface``,
     announces itself by mDNS there, and dials peers as the protocol needs them.
+    A directory is locked for the block (:func:`~p2p._identity.lock_identity`):
+    a second node of the same identity raises ``IdentityInUseError``.
     """
+    if isinstance(node_dir, tuple):
+        async with _open_node(node_dir, config or NodeConfig(), trace) as node:
+            yield node
+        return
+    loaded = load_node(node_dir)
     cfg = config or NodeConfig()
-    identity, fleet = node_dir if isinstance(node_dir, tuple) else load_node(node_dir)
+    if cfg.revocation_file is None:  # a member follows the list in its directory
+        cfg = replace(cfg, revocation_file=Path(node_dir) / REVOKED_FILE)
+    with lock_identity(node_dir):
+        async with _open_node(loaded, cfg, trace) as node:
+            yield node
+
+
+@asynccontextmanager
+async def _open_node(
+    loaded: tuple[NodeIdentity, Fleet], cfg: NodeConfig, trace: TraceHook | None
+) -> AsyncIterator[Node]:
+    identity, fleet = loaded
     _quiet_accept_errors()
     node = Node(identity, fleet, cfg, trace)
     follow = cfg.revocation_file
-    if follow is None and not isinstance(node_dir, tuple):
-        follow = Path(node_dir) / REVOKED_FILE
     node._revocation_file = None if follow is None else Path(follow)
     async with trio.open_nursery() as nursery:
         listeners: list[Any] = await nursery.start(

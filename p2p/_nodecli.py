@@ -11,28 +11,36 @@ The trace has the format of ``p2p sim`` (one JSON object per line: ``time``,
 ``node``/``source`` as 16-digit hex ids.
 
 ``p2p sub`` prints what a topic delivers, ``p2p pub`` publishes messages
-(arguments or stdin lines) and waits until every subscriber has them, and
-``p2p status`` lists the fleet's members seen on an interface without joining.
-All find peers by mDNS on ``--interface`` and, with ``--seed HOST:PORT``, by
-peer exchange with members that listen there.
+(arguments or stdin lines), waits until every subscriber has each and says how
+many other subscribers confirmed it, and ``p2p status`` lists the fleet's
+members seen on an interface without joining.  All find peers by mDNS on
+``--interface`` and, with ``--seed HOST:PORT``, by peer exchange with members
+that listen there.
+
+SIGINT and SIGTERM (and the end of ``--duration``) stop a command the same
+way: the node leaves gracefully (its peers see a LEAVE, not a suspicion) and
+the command exits 130 after SIGINT, 0 otherwise (:mod:`p2p._shutdown`).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import logging
+import resource
+import socket
 import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import trio
 
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
-from p2p._errors import P2PError
+from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._node import (
     Delivery,
@@ -43,6 +51,7 @@ from p2p._node import (
     parse_address,
     verified_peer,
 )
+from p2p._shutdown import Shutdown, graceful
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
@@ -95,6 +104,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for acknowledgements"
     )
+    p.add_argument(
+        "--min-subscribers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="exit 1 unless every message is confirmed by at least N other subscribers",
+    )
 
     st = sub.add_parser("status", help="list the fleet members seen on an interface")
     st.add_argument("--identity", type=Path, required=True, help="node directory (fleet add-node)")
@@ -113,6 +129,8 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         raise P2PError("--no-mdns needs at least one --seed HOST:PORT")
     for seed in args.seed:
         parse_address(seed)
+    check_listen(args.interface, args.port)
+    _check_files()
     return NodeConfig(
         interface=args.interface,
         port=args.port,
@@ -124,12 +142,57 @@ def _config(args: argparse.Namespace) -> NodeConfig:
     )
 
 
+MIN_FILES = 64
+"""Open files a node needs at the least (sockets, zeroconf, trio, key files); below
+this, zeroconf's thread can fail so that starting discovery never returns."""
+
+
+def _check_files() -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < MIN_FILES:
+        raise CommandError(
+            f"too many open files: this process may open {soft}, a node needs at least "
+            f"{MIN_FILES} (raise it with `ulimit -n`)"
+        )
+
+
+def check_listen(interface: str, port: int) -> None:
+    """Fail early, naming the flag, if ``interface`` is not local or ``port`` is taken
+    (the runtime's own bind errors stay the fallback if this races)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(interface, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise P2PError(f"--interface {interface!r} is not an address ({exc})") from None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listener will
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise P2PError(
+                    f"--interface {interface} is not an address of this machine"
+                ) from None
+            if exc.errno == errno.EADDRINUSE:
+                raise CommandError(
+                    f"--port {port} on {interface} is already in use by another process"
+                ) from None
+            raise
+
+
+class _BriefFormatter(logging.Formatter):
+    """Log records with their exception as one line (``--debug``: the traceback):
+    a user reads what failed, not where in trio it did."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
+        return f"  ({ei[0].__name__}: {ei[1]})"
+
+
 def _logging(args: argparse.Namespace, default: int = logging.INFO) -> None:
-    logging.basicConfig(
-        level=logging.ERROR if args.quiet else default,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    debug = getattr(args, "debug", False)
+    handler.setFormatter(logging.Formatter(fmt) if debug else _BriefFormatter(fmt))
+    logging.basicConfig(level=logging.ERROR if args.quiet else default, handlers=[handler])
 
 
 class _Trace:
@@ -173,34 +236,36 @@ def cmd_node(args: argparse.Namespace) -> int:
     _logging(args)
     fh = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
     try:
-        trio.run(_run, args, cfg, fh)
+        return trio.run(_run, args, cfg, fh)
     finally:
         if fh is not None:
             fh.close()
-    return 0
 
 
-async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) -> None:
+async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) -> int:
     me: list[int] = [0]
     trace = _Trace(fh, me)
-    topics = list(dict.fromkeys([*args.subscribe, *([args.publish] if args.publish else [])]))
     counts = {"delivered": 0}
-    with trio.move_on_after(args.duration if args.duration else float("inf")):
-        async with open_node(args.identity, cfg, trace=trace) as node:
-            me[0] = node.id
-            _say(args, f"node {node.id:016x} listening on {args.interface}:{node.port}")
-            await trio.sleep(args.settle)
-            _say(args, f"{len(node.members()) - 1} peers found")
-            async with trio.open_nursery() as nursery:
-                for topic in topics:
-                    sub = await node.subscribe(topic)
-                    _say(args, f"subscribed to {topic!r} ({len(node.core.view(topic))} members)")
-                    nursery.start_soon(_drain, sub, counts)
-                if args.publish:
-                    await _publish(node, args)
-                    _say(args, f"published {args.count} on {args.publish!r}")
-                await trio.sleep_forever()
+    async with graceful(args.duration) as stop, open_node(args.identity, cfg, trace=trace) as node:
+        me[0] = node.id
+        with stop.scope:
+            await _node_body(node, args, counts)
     _say(args, f"stopped: {counts['delivered']} deliveries")
+    return stop.exit_code
+
+
+async def _node_body(node: Node, args: argparse.Namespace, counts: dict[str, int]) -> None:
+    topics = list(dict.fromkeys([*args.subscribe, *([args.publish] if args.publish else [])]))
+    await _settle(node, args)
+    async with trio.open_nursery() as nursery:
+        for topic in topics:
+            sub = await node.subscribe(topic)
+            _say(args, f"subscribed to {topic!r} ({len(node.core.view(topic))} members)")
+            nursery.start_soon(_drain, sub, counts)
+        if args.publish:
+            await _publish(node, args)
+            _say(args, f"published {args.count} on {args.publish!r}")
+        await trio.sleep_forever()
 
 
 async def _drain(sub: Subscription, counts: dict[str, int]) -> None:
@@ -217,7 +282,7 @@ async def _publish(node: Node, args: argparse.Namespace) -> None:
 
 def _say(args: argparse.Namespace, text: str) -> None:
     if not args.quiet:
-        print(f"p2p node: {text}", file=sys.stderr, flush=True)
+        print(f"p2p {args.command}: {text}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------- p2p sub
@@ -231,20 +296,20 @@ def cmd_sub(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise P2PError("--duration must be positive")
     _logging(args, logging.WARNING)
-    trio.run(_sub, args, cfg)
-    return 0
+    return trio.run(_sub, args, cfg)
 
 
-async def _sub(args: argparse.Namespace, cfg: NodeConfig) -> None:
+async def _sub(args: argparse.Namespace, cfg: NodeConfig) -> int:
     left = [args.count if args.count is not None else -1]
-    with trio.move_on_after(args.duration if args.duration else float("inf")):
-        async with open_node(args.identity, cfg) as node:
+    async with graceful(args.duration) as stop, open_node(args.identity, cfg) as node:
+        with stop.scope:
             await _settle(node, args)
             async with trio.open_nursery() as nursery:
                 for topic in args.topics:
                     sub = await node.subscribe(topic)
                     _say(args, f"subscribed to {topic!r}")
                     nursery.start_soon(_print_deliveries, sub, args.json, left, nursery)
+    return stop.exit_code
 
 
 async def _print_deliveries(
@@ -280,30 +345,71 @@ async def _settle(node: Node, args: argparse.Namespace) -> None:
 
 
 def cmd_pub(args: argparse.Namespace) -> int:
-    """``p2p pub``: publish, then wait until every subscriber acknowledged the last one."""
+    """``p2p pub``: publish each message, wait for its ACK wave, and report how many
+    other subscribers confirmed it (exit 1 below ``--min-subscribers``)."""
     cfg = _config(args)
     if args.timeout <= 0:
         raise P2PError("--timeout must be positive")
+    if args.min_subscribers < 0:
+        raise P2PError("--min-subscribers must be non-negative")
     messages = list(args.messages) or [line.rstrip("\n") for line in sys.stdin]
     if not messages:
         raise P2PError("nothing to publish (no MESSAGE arguments and empty stdin)")
+    limit = cfg.pubsub.max_payload
+    for i, size in enumerate((len(text.encode()) for text in messages), 1):
+        if size > limit:
+            raise P2PError(f"message {i} is {size} bytes: over the payload limit of {limit} bytes")
     _logging(args, logging.WARNING)
     return trio.run(_pub, args, cfg, messages)
 
 
 async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[str]) -> int:
-    async with open_node(args.identity, cfg) as node:
-        await _settle(node, args)
-        with trio.move_on_after(args.timeout) as scope:
-            await node.subscribe(args.topic)
-            for i, text in enumerate(messages):
-                await node.publish(args.topic, text.encode(), wait_acked=i == len(messages) - 1)
-        if scope.cancelled_caught:
-            print(f"p2p: error: not acknowledged within {args.timeout} s", file=sys.stderr)
-            return 1
-        subscribers = len(node.core.view(args.topic))
-        _say(args, f"published {len(messages)} on {args.topic!r} ({subscribers} subscribers)")
+    confirmed: list[int] = []
+    async with graceful() as stop, open_node(args.identity, cfg) as node:
+        with stop.scope:
+            await _settle(node, args)
+            with trio.move_on_after(args.timeout) as waited:
+                await node.subscribe(args.topic)
+                for text in messages:
+                    confirmed.append(await _publish_confirmed(node, args.topic, text))
+    if stop.signum is not None:
+        return stop.exit_code
+    if waited.cancelled_caught:
+        raise CommandError(
+            f"message {len(confirmed) + 1} not acknowledged within --timeout {args.timeout} s"
+        )
+    _report_confirmations(args, confirmed)
     return 0
+
+
+async def _publish_confirmed(node: Node, topic: str, text: str) -> int:
+    """Publish ``text`` and wait for its ACK wave; the number of *other* subscribers
+    that confirmed it: those the publisher knew before publishing and still knows
+    once the wave is back (the wave completes without a subscriber that failed)."""
+    before = node.core.view(topic) - {node.id}
+    await node.publish(topic, text.encode(), wait_acked=True)
+    return len(before & node.core.view(topic))
+
+
+def _report_confirmations(args: argparse.Namespace, confirmed: list[int]) -> None:
+    """Say what was confirmed; raise :class:`CommandError` below ``--min-subscribers``."""
+    low, high = min(confirmed), max(confirmed)
+    counts = f"{low}" if low == high else f"{low} to {high}"
+    _say(args, f"published {len(confirmed)} on {args.topic!r}: each confirmed by {counts} "
+         f"other subscriber{'' if high == 1 else 's'}")  # fmt: skip
+    if high == 0:
+        print(
+            f"p2p pub: warning: no other subscriber of {args.topic!r} was found: "
+            "nobody received the messages",
+            file=sys.stderr,
+            flush=True,
+        )
+    if low < args.min_subscribers:
+        worst = confirmed.index(low) + 1
+        raise CommandError(
+            f"message {worst} was confirmed by {low} other subscriber{'' if low == 1 else 's'}, "
+            f"fewer than --min-subscribers {args.min_subscribers}"
+        )
 
 
 # -------------------------------------------------------------- p2p status
@@ -313,9 +419,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``p2p status``: this identity, and the members announcing on the interface."""
     if args.wait <= 0:
         raise P2PError("--wait must be positive")
+    _check_files()
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     identity, fleet = load_node(args.identity)
-    peers = trio.run(_watch, args, identity.node_id, fleet)
+    peers, stop = trio.run(_watch, args, identity.node_id, fleet)
+    if stop.signum is not None:
+        return stop.exit_code
     name = identity.certificate.name if identity.certificate else None
     me = {"id": f"{identity.node_id:016x}", "name": name, "fleet": fleet.name, "mode": fleet.mode}
     if args.json:
@@ -338,7 +447,9 @@ def _peer(p: Peer) -> dict[str, object]:
     }
 
 
-async def _watch(args: argparse.Namespace, node_id: int, fleet: Fleet) -> list[Peer]:
+async def _watch(
+    args: argparse.Namespace, node_id: int, fleet: Fleet
+) -> tuple[list[Peer], Shutdown]:
     """Peers whose verified records appear within ``--wait`` seconds (we never announce)."""
 
     found: dict[int, Peer] = {}
@@ -351,14 +462,14 @@ async def _watch(args: argparse.Namespace, node_id: int, fleet: Fleet) -> list[P
         service_type=args.service_type,
         announce=False,
     )
-    async with discovery:
-        with trio.move_on_after(args.wait):
+    async with graceful(args.wait) as stop, discovery:
+        with stop.scope:
             async for event in discovery.events():
                 if event.kind == "up":
                     found[event.peer.node_id] = event.peer
                 else:
                     found.pop(event.peer.node_id, None)
-    return sorted(found.values(), key=lambda p: p.node_id)
+    return sorted(found.values(), key=lambda p: p.node_id), stop
 
 
-__all__ = ["Delivery", "add_parser", "cmd_node", "cmd_pub", "cmd_status", "cmd_sub"]
+__all__ = ["Delivery", "add_parser", "check_listen", "cmd_node", "cmd_pub", "cmd_status", "cmd_sub"]

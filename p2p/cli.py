@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from causal import PacketLimits
@@ -22,6 +23,7 @@ from p2p._identity import (
 from p2p._nodecli import add_parser as add_node_parser
 from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
+from p2p._shutdown import run_cli
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
 from p2p.sim._demo import chat_fleet
 from p2p.telemetry._cli import add_parser as add_telemetry_parser
@@ -29,11 +31,27 @@ from p2p.telemetry._cli import cmd_telemetry
 
 
 def _add_delay_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--rng-seed", type=int, default=0, help="seed of the simulator's random numbers (default 0)"
+    )
+    _old_seed_flag(p)
     p.add_argument("--tpp-mean", type=float, default=100.0, help="mean propagation time t_pp")
     p.add_argument("--tpp-stdev", type=float, default=25.0, help="stdev of t_pp")
     p.add_argument("--tpc", type=float, default=1.0, help="processing time t_pc per input")
     p.add_argument("--tt", type=float, default=1.0, help="transmission time t_t per packet")
+
+
+def _old_seed_flag(p: argparse.ArgumentParser) -> None:
+    """The simulator's RNG flag was ``--seed``; it now names only a real node's peer."""
+    p.add_argument("--seed", dest="old_seed", help=argparse.SUPPRESS)
+
+
+def _refuse_old_seed(args: argparse.Namespace) -> None:
+    if getattr(args, "old_seed", None) is not None:
+        raise P2PError(
+            f"--seed is now --rng-seed {args.old_seed} (the simulator's random seed); "
+            "--seed names a HOST:PORT peer of a real node"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,12 +83,25 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="simulate the embedded default fleet and print a summary")
     demo.add_argument("--nodes", type=int, default=64)
     demo.add_argument("--messages", type=int, default=256)
-    demo.add_argument("--seed", type=int, default=1)
+    demo.add_argument("--rng-seed", type=int, default=1, help="random seed (default 1)")
+    _old_seed_flag(demo)
     demo.add_argument("--metrics", type=Path, help="write the VCube-PS METRICS.json here")
     _add_fleet_parser(sub)
     add_node_parser(sub)
     add_telemetry_parser(sub)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    _debug_everywhere(parser)
     return parser
+
+
+def _debug_everywhere(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` is accepted after any subcommand too (``p2p node ... --debug``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                hidden = argparse.SUPPRESS
+                child.add_argument("--debug", action="store_true", default=hidden, help=hidden)
+                _debug_everywhere(child)
 
 
 def _add_fleet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -242,6 +273,7 @@ def _summary(sim: Simulation, label: str, wall: float) -> str:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    _refuse_old_seed(args)
     _check_nodes(args.nodes)
     if not 64 <= args.mtu <= 1 << 20:
         raise P2PError(f"--mtu must be between 64 and 1048576 bytes, got {args.mtu}")
@@ -253,7 +285,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         args.nodes,
         protocol=args.protocol,
         delays=delays,
-        seed=args.seed,
+        seed=args.rng_seed,
         oracle=args.oracle_subscriptions,
         record_trace=args.trace is not None,
         progress=not args.quiet,
@@ -274,11 +306,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _refuse_old_seed(args)
     _check_nodes(args.nodes)
-    actions = chat_fleet(args.nodes, seed=args.seed, messages=args.messages)
+    actions = chat_fleet(args.nodes, seed=args.rng_seed, messages=args.messages)
     print(
         f"Simulating a LAN-chat fleet of {args.nodes} nodes: {len(actions)} scenario events "
-        f"(subscriptions, {args.messages} publications on 4 rooms, some leaves), seed {args.seed}"
+        f"(subscriptions, {args.messages} publications on 4 rooms, some leaves), "
+        f"seed {args.rng_seed}"
     )
     results = {}
     runs = (("vcube-ps", "on"), ("vcube-ps", "off"), ("srpt", "off"))
@@ -289,7 +323,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             args.nodes,
             protocol=protocol,
             delays=DelayModel(),
-            seed=args.seed,
+            seed=args.rng_seed,
             aggregation=aggregation,
         )
         label = protocol if protocol == "srpt" or aggregation == "on" else f"{protocol}/no-agg"
@@ -314,28 +348,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; every expected failure is one line
+    (``p2p: error: ...``, exit 2 for usage, 1 for runtime failures)."""
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "sim":
-            return cmd_sim(args)
-        if args.command == "fleet":
-            return cmd_fleet(args)
-        if args.command == "demo":
-            return cmd_demo(args)
-        runtime = {
-            "node": cmd_node,
-            "sub": cmd_sub,
-            "pub": cmd_pub,
-            "status": cmd_status,
-            "telemetry": cmd_telemetry,
-        }
-        return runtime[args.command](args)
-    except P2PError as exc:
-        print(f"p2p: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("p2p: interrupted", file=sys.stderr)
-        return 130
+    return run_cli(partial(_dispatch, args), debug=args.debug)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "sim": cmd_sim,
+        "fleet": cmd_fleet,
+        "demo": cmd_demo,
+        "node": cmd_node,
+        "sub": cmd_sub,
+        "pub": cmd_pub,
+        "status": cmd_status,
+        "telemetry": cmd_telemetry,
+    }
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -64,3 +64,22 @@ def test_timeouts_misuse_and_close_are_clear_errors(tmp_path: Path) -> None:
 def test_a_node_that_cannot_start_raises(tmp_path: Path) -> None:
     with pytest.raises(NodeError, match="could not start"):
         BlockingNode(tmp_path / "missing", NodeConfig(discovery=False))
+
+
+def test_the_payload_limit_is_exactly_the_documented_one(tmp_path: Path) -> None:
+    a_dir, b_dir = _dirs(tmp_path, 2)
+    limit = NodeConfig().pubsub.max_payload
+    assert limit == 64 * 1024  # docs/runtime.md, "Limits": payload 64 KiB
+    with BlockingNode(a_dir, NodeConfig(discovery=False)) as a:
+        cfg = NodeConfig(discovery=False, seeds=(f"127.0.0.1:{a.port}",))
+        with BlockingNode(b_dir, cfg) as b:
+            b.wait_for_members(2, timeout=20)
+            a.wait_for_members(2, timeout=20)
+            sub_a = a.subscribe("big", timeout=20)
+            b.subscribe("big", timeout=20)
+            b.publish("big", b"x" * limit, wait_acked=True, timeout=20)
+            got = sub_a.get(timeout=10)
+            assert got is not None
+            assert got.payload == b"x" * limit
+            with pytest.raises(NodeError, match=f"{limit + 1} bytes exceeds the limit of {limit}"):
+                b.publish("big", b"x" * (limit + 1))

@@ -17,7 +17,7 @@ FIG54 = Path(__file__).parent.parent / "p2p" / "sim" / "scenarios" / "fig54.txt"
 def test_sim_writes_metrics_and_trace(tmp_path: Path) -> None:
     metrics, trace = tmp_path / "m.json", tmp_path / "t.jsonl"
     rc = main([
-        "sim", str(FIG54), "--nodes", "8", "--seed", "3",
+        "sim", str(FIG54), "--nodes", "8", "--rng-seed", "3",
         "--metrics", str(metrics), "--trace", str(trace), "--quiet",
     ])  # fmt: skip
     assert rc == 0
@@ -48,7 +48,7 @@ def test_sim_is_deterministic_per_seed(tmp_path: Path) -> None:
                 str(FIG54),
                 "--nodes",
                 "8",
-                "--seed",
+                "--rng-seed",
                 str(seed),
                 "--trace",
                 str(trace),
@@ -117,3 +117,10 @@ def test_console_script_demo_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "vcube-ps:" in proc.stdout
     assert "srpt:" in proc.stdout
+
+
+def test_the_old_seed_flag_says_where_it_went(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", str(FIG54), "--nodes", "8", "--seed", "3", "--quiet"]) == 2
+    assert "--seed is now --rng-seed 3" in capsys.readouterr().err
+    assert main(["demo", "--seed", "1"]) == 2
+    assert "--seed is now --rng-seed 1" in capsys.readouterr().err

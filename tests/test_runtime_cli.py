@@ -4,28 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from _cli import P2P
+from _cli import make_fleet as _fleet
 
 from p2p.cli import main
-
-P2P = [sys.executable, "-m", "p2p"]
-
-
-def _fleet(tmp_path: Path, names: list[str]) -> dict[str, str]:
-    assert main(["fleet", "init", str(tmp_path / "fleet")]) == 0
-    ids = {}
-    for name in names:
-        assert main(["fleet", "add-node", str(tmp_path / "fleet"), str(tmp_path / name)]) == 0
-        out = subprocess.run(
-            [*P2P, "fleet", "show", str(tmp_path / name)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        ids[name] = out.stdout.split()[0]
-    return ids
 
 
 def test_sub_pub_and_status_over_mdns(tmp_path: Path) -> None:
@@ -46,10 +32,13 @@ def test_sub_pub_and_status_over_mdns(tmp_path: Path) -> None:
         assert ids["a"] in [m["id"] for m in report["members"]]
         assert ids["c"] not in [m["id"] for m in report["members"]]  # status never announces
         pub = subprocess.run(
-            [*P2P, "pub", "--identity", str(tmp_path / "b"), "room", "--settle", "2", *service],
+            [*P2P, "pub", "--identity", str(tmp_path / "b"), "room", "--settle", "2", *service,
+             "--min-subscribers", "1"],
             input="one\ntwo\nthree\n", capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert pub.returncode == 0, pub.stderr
+        # a confirmed each message; the publisher b is not counted, c never subscribed
+        assert "published 3 on 'room': each confirmed by 1 other subscriber\n" in pub.stderr
         out, err = sub.communicate(timeout=30)
     finally:
         sub.kill()
@@ -78,3 +67,22 @@ def test_bad_arguments_exit_2_with_a_clear_error(
 ) -> None:
     assert main(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_pub_says_when_nobody_confirmed(tmp_path: Path) -> None:
+    _fleet(tmp_path, ["a"])
+    pub = [*P2P, "pub", "--identity", str(tmp_path / "a"), "room", "hello", "--settle", "0",
+           "--no-mdns", "--seed", "127.0.0.1:9"]  # fmt: skip
+    alone = subprocess.run(pub, capture_output=True, text=True, timeout=60, check=False)
+    assert alone.returncode == 0, alone.stderr
+    assert "each confirmed by 0 other subscribers" in alone.stderr
+    assert "warning: no other subscriber of 'room'" in alone.stderr
+    strict = subprocess.run(
+        [*pub, "--min-subscribers", "1", "--quiet"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert strict.returncode == 1
+    assert "Traceback" not in strict.stderr
+    assert strict.stderr.splitlines()[-1] == (
+        "p2p: error: message 1 was confirmed by 0 other subscribers, fewer than --min-subscribers 1"
+    )
