@@ -30,6 +30,10 @@ node (``bench._runtime_workers``), 64-byte payloads, TCP on 127.0.0.1:
                for ``ours``, the run's trace checked for causal order,
                FIFO and exactly-once (``p2p.sim.check_trace``).
 ``import``     ``python -c "import X"`` wall time, minus the bare interpreter's.
+``preauth``    ours only: a subscriber's peak RSS (VmHWM) idle and under 400
+               unauthenticated connections each announcing a 1 MiB frame and
+               holding all but its last byte (``bench._preauth``), and whether
+               it still delivers 200 messages.
 ``telemetry``  ours only: ``throughput`` and ``latency`` with telemetry recording
                off and on (``NodeConfig.telemetry_dir``, a spool per node),
                runs interleaved in pairs (off/on, then on/off, ...): the on/off
@@ -66,12 +70,13 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+from bench import _preauth as preauth
 from bench._common import ROOT, machine
 from bench._runtime_workers import PAYLOAD_SIZE, PROFILE_ENV, TOPIC, Spec
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
-WORKLOADS = frozenset({"cold", "latency", "throughput", "hot", "import", "telemetry"})
+WORKLOADS = frozenset({"cold", "latency", "throughput", "hot", "import", "telemetry", "preauth"})
 NODES = 5
 """Processes per workload: 1 publisher + 4 subscribers, or 5 hot-topic peers."""
 TARGET_RSS_MB = 40.0
@@ -882,6 +887,10 @@ def run_all(bench: Bench, systems: Sequence[str], only: set[str]) -> dict[str, A
     for system in systems:
         if "hot" in only:
             out[system]["hot"] = step("hot", system, partial(bench.hot, system))
+    if "preauth" in only and "ours" in systems:
+        (bench.workdir / "preauth").mkdir()
+        fn = partial(preauth.measure, bench.workdir / "preauth")
+        out["ours"]["preauth"] = step("preauth", "ours", fn)
     if "telemetry" in only:
         runs: dict[str, list[dict[str, Any]]] = {"throughput": [], "latency": []}
         for i in range(s.telemetry_repeat):
@@ -1016,6 +1025,11 @@ def _brief(name: str, res: Any) -> str:
         return (
             f"{footprint}{lat['published_rate']:.0f} msg/s p50 {lat['latency_ms']['p50']:.2f} "
             f"p99 {lat['latency_ms']['p99']:.2f} ms, undelivered {lat['undelivered']}"
+        )
+    if name == "preauth":
+        return (
+            f"peak RSS {res['idle_vmhwm_mb']:.1f} MB idle, +{res['grown_mb']:.1f} MB under "
+            f"{res['junk_connections']} junk; delivered {res['delivered']}/{res['messages']}"
         )
     if name == "telemetry":
         spool = res.get("spool")
@@ -1367,7 +1381,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument(
         "--only",
-        default="cold,latency,throughput,hot,import",
+        default="cold,latency,throughput,hot,import,preauth",
         help="comma-separated workloads (cold, latency [with idle], throughput "
         "[with sustained], hot, import, telemetry [ours with recording off and on; "
         "not in the default])",
@@ -1444,8 +1458,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BenchError as exc:
             print(f"benchmark failed: {exc}", file=sys.stderr)
             return 1
-    if only - {"telemetry"}:
+    if only - {"telemetry", "preauth"}:
         print(table(res, imports))
+    pre = res.get("ours", {}).get("preauth")
+    if pre is not None:
+        print(
+            f"preauth: peak RSS {pre['idle_vmhwm_mb']:.1f} MB idle, "
+            f"{pre['attacked_vmhwm_mb']:.1f} MB under {pre['junk_connections']} junk "
+            f"connections (+{pre['grown_mb']:.1f} MB); delivered "
+            f"{pre['delivered']}/{pre['messages']}"
+        )
     tel = res.get("ours", {}).get("telemetry")
     if tel is not None:
         print(telemetry_table(tel))
@@ -1463,7 +1485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": res,
         "ratios": ratios(res),
         "targets": tgt,
-        "table_markdown": table(res, imports, markdown=True) if only - {"telemetry"} else None,
+        "table_markdown": (
+            table(res, imports, markdown=True) if only - {"telemetry", "preauth"} else None
+        ),
         "telemetry_table_markdown": telemetry_table(tel, markdown=True) if tel else None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
