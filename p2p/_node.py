@@ -476,8 +476,13 @@ class _Link:
                 trio.BrokenResourceError,
                 trio.ClosedResourceError,
             ) as exc:
-                log.warning(
-                    "cannot reach %016x at %s:%d: %s", peer.node_id, peer.host, peer.port, exc
+                self.node.quiet.warn(
+                    ("unreachable", peer.node_id),
+                    "cannot reach %016x at %s:%d: %s",
+                    peer.node_id,
+                    peer.host,
+                    peer.port,
+                    exc,
                 )
                 if lost and not isinstance(exc, SecurityError | WireError):
                     self.node._unreachable(self.peer_id)  # one hint per lost connection
@@ -499,7 +504,9 @@ class _Link:
             try:
                 await self._pump_until_closed(stream, session)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                log.warning("connection to %016x lost: %s", self.peer_id, exc)
+                self.node.quiet.warn(
+                    ("lost", self.peer_id), "connection to %016x lost: %s", self.peer_id, exc
+                )
             finally:
                 self.node.connections -= 1
                 with trio.CancelScope(shield=True):
@@ -701,6 +708,8 @@ class Node:
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self._stall_logged = -float("inf")
         self._refusal_logged = -float("inf")
+        self.quiet = _Quiet(log)
+        """Expected network failures: one warning per cause and peer per 10 s."""
         self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
         """Handshakes under way, oldest first: source address and what cancels it
         (admission caps and eviction, :meth:`_make_room`)."""
@@ -1137,7 +1146,7 @@ class Node:
                 trio.TooSlowError,
                 trio.BrokenResourceError,
             ) as exc:
-                log.warning("seed %s unreachable: %s", address, exc)
+                self.quiet.warn(("seed", address), "seed %s unreachable: %s", address, exc)
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.seed_interval)
                 continue
@@ -1173,6 +1182,7 @@ class Node:
                 await stream.aclose()
             return
         peer = "unauthenticated peer"
+        session_peer: int | None = None
         self.connections += 1
         ticket = self._tickets = self._tickets + 1
         scope = trio.CancelScope()
@@ -1192,7 +1202,8 @@ class Node:
                 self._handshakes.pop(ticket, None)
             if scope.cancelled_caught:
                 return  # evicted by a newer connection (_make_room)
-            peer = f"{session.peer_id:016x}"
+            session_peer = session.peer_id
+            peer = f"{session_peer:016x}"
             await self._read_frames(messages, session)
         except (
             SecurityError,
@@ -1202,7 +1213,16 @@ class Node:
             trio.TooSlowError,
         ) as exc:
             self.stats["rejected_connections"] += 1
-            log.warning("closing connection from %s: %s", peer, exc)
+            if session_peer is None:  # junk: a debug line each, a warning per 10 s
+                log.debug("closing connection from %s: %s", peer, exc)
+                self.quiet.warn(
+                    ("junk", None),
+                    "closing connections of unauthenticated peers (%s: %s)",
+                    host,
+                    exc,
+                )
+            else:  # a member's fault: every time
+                log.warning("closing connection from %s: %s", peer, exc)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
             pass
         finally:
@@ -1890,6 +1910,33 @@ async def _open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
+
+
+class _Quiet:
+    """Expected network failures (a peer unreachable, a connection lost, junk
+    refused) logged once per cause and subject per ``interval``, with a count
+    of those held back: a flapping link or a flood must not flood the log.
+    Remembers at most ``limit`` subjects (junk has many addresses)."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0, limit: int = 1024) -> None:
+        self.logger = logger
+        self.interval = interval
+        self.limit = limit
+        self.seen: dict[tuple[str, object], tuple[float, int]] = {}
+
+    def warn(self, key: tuple[str, object], msg: str, *args: object) -> None:
+        now = time.monotonic()
+        last, held = self.seen.get(key, (-float("inf"), 0))
+        if now - last < self.interval:
+            self.seen[key] = (last, held + 1)
+            return
+        if held:
+            msg = f"{msg} ({held} more like it in the last {self.interval:.0f} s)"
+        self.seen.pop(key, None)
+        self.seen[key] = (now, 0)
+        while len(self.seen) > self.limit:
+            del self.seen[next(iter(self.seen))]
+        self.logger.warning(msg, *args)
 
 
 class _OncePer(logging.Filter):
