@@ -760,6 +760,10 @@ class Node:
         self._subs: dict[str, Subscription] = {}
         self._subscribed: dict[str, trio.Event] = {}
         self._acked: dict[MsgId, trio.Event] = {}
+        self.acked_views: dict[MsgId, frozenset[int]] = {}
+        """For ``publish(wait_acked=True)``: the topic's subscribers as the ACK wave
+        completed (taken at that instant, before anything later in the same frame,
+        such as a subscriber's leave).  The caller pops its entry."""
         self._watchers: list[trio.MemorySendChannel[MembershipEvent]] = []
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -1030,6 +1034,9 @@ class Node:
             for mid in o.ids:
                 acked = self._acked.pop(mid, None)
                 if acked is not None:
+                    self.acked_views[mid] = self.core.view(o.topic)
+                    if len(self.acked_views) > 1024:  # callers that never look: bounded
+                        del self.acked_views[next(iter(self.acked_views))]
                     acked.set()
         if self._published_at and self.recorder is not None:
             pop = self._published_at.pop

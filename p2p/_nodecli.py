@@ -387,8 +387,8 @@ async def _publish_confirmed(node: Node, topic: str, text: str) -> int:
     that confirmed it: those the publisher knew before publishing and still knows
     once the wave is back (the wave completes without a subscriber that failed)."""
     before = node.core.view(topic) - {node.id}
-    await node.publish(topic, text.encode(), wait_acked=True)
-    return len(before & node.core.view(topic))
+    mid = await node.publish(topic, text.encode(), wait_acked=True)
+    return len(before & node.acked_views.pop(mid, node.core.view(topic)))
 
 
 def _report_confirmations(args: argparse.Namespace, confirmed: list[int]) -> None:
