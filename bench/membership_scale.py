@@ -1,0 +1,217 @@
+"""Membership at scale on one host: N real ``p2p node`` processes (issue 19).
+
+``python -m bench.membership_scale [--nodes 64] [--discovery seeds|mdns]
+[--warmup 60] [--messages 200] [--rate 5] [--out FILE]``
+
+Every node is its own process (as on a fleet of devices, but all on this
+host's cores, so each sees scheduling delays a real device would not), finds
+the others through one static seed (node 0) or mDNS on 127.0.0.1, and
+subscribes to ``chat``; node 0 publishes ``--messages`` messages at
+``--rate`` per second after ``--warmup`` seconds.  Reported, from every
+node's log and trace:
+
+* false suspicions (no node is killed, so every ``suspect`` line is false),
+  self-restarts (``back as incarnation``), loop stalls the nodes noticed
+  (Lifeguard's local health) and refused connections;
+* deliveries: per subscriber, how many of the publications made after its
+  (last) subscription was confirmed it delivered, and the totals;
+* the simulator's trace checks (causal order, FIFO, exactly-once, validity)
+  on the merged traces;
+* the load average before and after, since this host's load decides much.
+
+Writes ``bench/results/membership_scale_<N>_<discovery>.json``.  Every node is
+killed on exit, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from p2p.sim import TraceEvent, check_trace, format_violations
+
+RESULTS = Path(__file__).parent / "results"
+TOPIC = "chat"
+
+
+def _fleet(root: Path, n: int) -> list[Path]:
+    run = [sys.executable, "-m", "p2p", "fleet"]
+    subprocess.run([*run, "init", str(root / "fleet"), "--psk"], check=True, capture_output=True)
+    dirs = [root / f"n{i:03d}" for i in range(n)]
+    procs = [
+        subprocess.Popen([*run, "add-node", str(root / "fleet"), str(d)], stdout=subprocess.PIPE)
+        for d in dirs
+    ]
+    for p in procs:
+        p.communicate(timeout=120)
+    return dirs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _argv(args: argparse.Namespace, i: int, d: Path, seed: int, stype: str) -> list[str]:
+    duration = args.warmup + args.messages / args.rate + args.tail
+    found = ["--service-type", stype]
+    if args.discovery == "seeds":
+        found = ["--no-mdns", "--seed", f"127.0.0.1:{seed}"]
+        if i == 0:
+            found += ["--port", str(seed)]
+    pub = ["--publish", TOPIC, "--count", str(args.messages), "--rate", str(args.rate)]
+    return [
+        sys.executable, "-m", "p2p", "node", "--identity", str(d), *found,
+        "--subscribe", TOPIC, *(pub if i == 0 else ["--count", "0"]),
+        "--settle", str(args.warmup if i == 0 else 2.0), "--duration", str(duration),
+        "--trace", str(d / "trace.jsonl"),
+    ]  # fmt: skip
+
+
+def _run(args: argparse.Namespace, dirs: list[Path]) -> list[int | None]:
+    seed = _free_port()
+    stype = f"_ms{os.getpid() % 100000}._tcp.local."
+    procs = []
+    try:
+        for i, d in enumerate(dirs):
+            with open(d / "stderr.log", "wb") as err:
+                procs.append(
+                    subprocess.Popen(
+                        _argv(args, i, d, seed, stype), stdout=subprocess.DEVNULL, stderr=err
+                    )
+                )
+            if i == 0:
+                time.sleep(1.0)  # the seed listens first
+        bound = args.warmup + args.messages / args.rate + args.tail + 60
+        deadline = time.monotonic() + bound
+        codes: list[int | None] = []
+        for p in procs:
+            try:
+                codes.append(p.wait(max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        return codes
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _traces(dirs: list[Path]) -> list[TraceEvent]:
+    index: dict[str, int] = {}
+    rows = []
+    for i, d in enumerate(dirs):
+        path = d / "trace.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else ():
+            row = json.loads(line)
+            index.setdefault(row["node"], i)
+            rows.append((i, row))
+    events = []
+    for i, r in rows:
+        source = None if r["source"] is None else index.get(r["source"], -1)
+        events.append(TraceEvent(r["time"], i, r["event"], r["topic"], source, r["seq"]))
+    return events
+
+
+def _deliveries(trace: list[TraceEvent], n: int) -> dict[str, Any]:
+    """Per subscriber, the publications of node 0 made after its last confirmed
+    subscription, and how many of those it delivered."""
+    published = [(e.seq, e.time) for e in trace if e.event == "publish" and e.node == 0]
+    confirmed: dict[int, float] = {}
+    got: dict[int, set[int]] = {i: set() for i in range(n)}
+    for e in trace:
+        if e.event == "subscribed":
+            confirmed[e.node] = e.time
+        elif e.event == "deliver" and e.source == 0 and e.seq is not None:
+            got[e.node].add(e.seq)
+    owed = {i: {s for s, t in published if t > confirmed.get(i, float("inf"))} for i in range(n)}
+    short = {i: len(owed[i] - got[i]) for i in range(n) if owed[i] - got[i]}
+    return {
+        "published": len(published),
+        "subscribers_confirmed": len(confirmed),
+        "owed": sum(len(o) for o in owed.values()),
+        "delivered_of_owed": sum(len(owed[i] & got[i]) for i in range(n)),
+        "delivered_total": sum(len(g) for g in got.values()),
+        "possible_total": len(published) * n,
+        "subscribers_missing_some": len(short),
+        "never_confirmed": sorted(set(range(n)) - set(confirmed)),
+    }
+
+
+def _logs(dirs: list[Path]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for d in dirs:
+        text = (d / "stderr.log").read_text(errors="replace")
+        counts["false_suspicions"] += text.count(" WARNING suspect ")
+        counts["self_restarts"] += text.count("back as incarnation")
+        counts["stall_warnings"] += text.count("this node stalled")
+        counts["tracebacks"] += text.count("Traceback")
+        counts["nodes_restarting_twice_or_more"] += text.count("back as incarnation") >= 2
+    return dict(counts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.membership_scale", description=__doc__)
+    p.add_argument("--nodes", type=int, default=64)
+    p.add_argument("--discovery", choices=("seeds", "mdns"), default="seeds")
+    p.add_argument("--warmup", type=float, default=60.0, help="seconds before node 0 publishes")
+    p.add_argument("--messages", type=int, default=200)
+    p.add_argument("--rate", type=float, default=5.0)
+    p.add_argument("--tail", type=float, default=20.0, help="seconds after the last publication")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    if args.nodes < 2 or args.messages < 1 or args.rate <= 0:
+        p.error("need --nodes >= 2, --messages >= 1, --rate > 0")
+    out = args.out or RESULTS / f"membership_scale_{args.nodes}_{args.discovery}.json"
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="membership-scale-") as tmp:
+        print(f"creating {args.nodes} identities ...", file=sys.stderr, flush=True)
+        dirs = _fleet(Path(tmp), args.nodes)
+        print(f"running {args.nodes} nodes ({args.discovery}) ...", file=sys.stderr, flush=True)
+        codes = _run(args, dirs)
+        trace = _traces(dirs)
+        violations = check_trace(trace, quiescent=False)
+        doc = {
+            "benchmark": "membership_scale",
+            "nodes": args.nodes,
+            "discovery": args.discovery,
+            "settings": {k: v for k, v in vars(args).items() if k != "out"},
+            "exit_codes": dict(Counter(str(c) for c in codes)),
+            "logs": _logs(dirs),
+            "deliveries": _deliveries(trace, args.nodes),
+            "trace_violations": len(violations),
+            "trace_violations_first": format_violations(violations, limit=5) if violations else "",
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "seconds": time.monotonic() - started,
+        }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    d, lg = doc["deliveries"], doc["logs"]
+    print(
+        f"{args.nodes} nodes ({args.discovery}): delivered {d['delivered_of_owed']}/{d['owed']} "
+        f"owed ({d['delivered_total']}/{d['possible_total']} in all), "
+        f"{d['subscribers_missing_some']} subscribers missing some, never confirmed "
+        f"{len(d['never_confirmed'])}; false suspicions {lg.get('false_suspicions', 0)}, "
+        f"self-restarts {lg.get('self_restarts', 0)}, stall warnings {lg.get('stall_warnings', 0)}"
+        f"; trace violations {doc['trace_violations']}; load {load_before[0]:.1f} -> "
+        f"{doc['load_after'][0]:.1f}; written to {out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
