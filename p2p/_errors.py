@@ -46,5 +46,10 @@ class ForgedRecordError(SecurityError):
     """A discovery record is malformed, unsigned, wrongly signed or from outside the fleet."""
 
 
+class NodeError(P2PError):
+    """A local misuse of a node (for example using it after close, or a malformed
+    ``HOST:PORT``)."""
+
+
 class IdentityInUseError(CommandError):
     """Another process runs a node with this identity (its lock file names the pid)."""

@@ -49,7 +49,7 @@ import struct
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Container
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
@@ -60,7 +60,7 @@ import trio
 
 from causal import MsgId
 from p2p._discovery import SERVICE_TYPE, Discovery, Peer
-from p2p._errors import IdentityError, P2PError, SecurityError
+from p2p._errors import IdentityError, NodeError, P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._liveness import (
     INC_FIELD,
@@ -72,7 +72,19 @@ from p2p._liveness import (
 from p2p._membership import RecordGossip, records_digest
 from p2p._reliable import ACK_EVERY, Hello, ReceiveLog, SendLog, decode_ack, encode_ack
 from p2p._revocation import REVOKED_FILE, RevocationList, load_revocations
-from p2p._secure import MAX_HANDSHAKE_SIZE, MAX_PLAINTEXT, SecureSession, sign_record, verify_record
+from p2p._secure import MAX_PLAINTEXT, SecureSession, sign_record
+from p2p._transport import (
+    Messages,
+    Quiet,
+    accept_secure,
+    dial_secure,
+    fd_budget,
+    is_loopback,
+    parse_address,
+    quiet_accept_errors,
+    remote_host,
+    verified_peer,
+)
 from p2p._wire import (
     Control,
     FrameReader,
@@ -121,10 +133,6 @@ if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetr
     from p2p.telemetry._recorder import Recorder
 
 log = logging.getLogger("p2p.node")
-
-
-class NodeError(P2PError):
-    """A local misuse of a :class:`Node` (for example using it after close)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,15 +235,6 @@ class NodeConfig:
         timeout = self.detector_timeout
         if timeout is not None and timeout > self.detector_interval:
             raise NodeError("detector_timeout must not exceed detector_interval")
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` for IPv6) as a pair; :class:`NodeError` if malformed."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise NodeError(f"expected HOST:PORT with a port in 1..65535, got {text!r}")
-    return host, int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,8 +640,6 @@ class _Link:
 
 _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
-_RESPONDER_READS = 2
-"""Handshake messages a responder reads (hello and finish of the three)."""
 _RECORD_OVERHEAD = 4 + 8 + 16
 """Bytes a frame adds to its plaintext: length prefix, seal counter, AEAD tag."""
 _DIGEST_REFRESH = 10
@@ -708,13 +705,13 @@ class Node:
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self._stall_logged = -float("inf")
         self._refusal_logged = -float("inf")
-        self.quiet = _Quiet(log)
+        self.quiet = Quiet(log)
         """Expected network failures: one warning per cause and peer per 10 s."""
         self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
         """Handshakes under way, oldest first: source address and what cancels it
         (admission caps and eviction, :meth:`_make_room`)."""
         self._tickets = 0
-        self._max_connections = min(config.max_connections, _fd_budget())
+        self._max_connections = min(config.max_connections, fd_budget())
         self._received = ReceiveLog()
         self._revoked: set[int] = set()
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
@@ -1183,7 +1180,7 @@ class Node:
         loopback excepted), ``handshake_timeout`` seconds, and handshake
         messages of at most ``MAX_HANDSHAKE_SIZE`` bytes, refused on their
         length prefix before a byte is buffered."""
-        host = _remote_host(stream)
+        host = remote_host(stream)
         if not self._make_room(host):
             with trio.CancelScope(shield=True):
                 await stream.aclose()
@@ -1251,7 +1248,7 @@ class Node:
         cfg = self.config
         pending = self._handshakes
         mine = [t for t, (h, _) in pending.items() if h == host]
-        if len(mine) >= cfg.max_handshakes_per_host and not _loopback(host):
+        if len(mine) >= cfg.max_handshakes_per_host and not is_loopback(host):
             self._evict(mine[0], f"{len(mine)} handshakes from {host} (max_handshakes_per_host)")
         elif len(pending) >= cfg.max_handshakes:
             self._evict(next(iter(pending)), f"{len(pending)} handshakes (max_handshakes)")
@@ -1280,7 +1277,7 @@ class Node:
                 why,
             )
 
-    async def _read_frames(self, messages: _Messages, session: SecureSession) -> None:
+    async def _read_frames(self, messages: Messages, session: SecureSession) -> None:
         """Decode, check and hand every packet to the core, in arrival order.
 
         Every frame is a sign of life of its sender, with the detector version
@@ -1330,7 +1327,7 @@ class Node:
                 await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
 
     async def _link_hello(
-        self, messages: _Messages, session: SecureSession
+        self, messages: Messages, session: SecureSession
     ) -> tuple[int, int, bytes | None]:
         """The link a connection carries and the ``lseq`` before its first frame,
         read from its first record; ``(0, 0, plaintext)`` for a connection with no
@@ -1709,121 +1706,6 @@ class Node:
                 pending.clear()
 
 
-class _Messages:
-    """Length-prefixed messages from a stream, one at a time (extras wait their turn).
-
-    The handshake and the data phase share it, so records that arrive in the
-    same read as the last handshake message are kept, not rejected.
-    """
-
-    def __init__(self, stream: trio.SocketStream, max_frame: int, *, handshake: int = 0) -> None:
-        """``handshake``: the first messages are the peer's handshake, each refused
-        above ``MAX_HANDSHAKE_SIZE`` as soon as its length prefix arrives, before
-        a byte of it is buffered (an unauthenticated peer gets almost nothing)."""
-        self.stream = stream
-        self.reader = FrameReader(
-            WireLimits(max_frame=max_frame), tight=handshake, tight_max=MAX_HANDSHAKE_SIZE
-        )
-        self.ready: deque[bytes] = deque()
-
-    async def next(self, limit: int | None = None) -> bytes | None:
-        """The next message, or ``None`` at end of stream; ``limit`` bounds its size."""
-        while not self.ready:
-            data = await self.stream.receive_some(65536)
-            if not data:
-                return None
-            self.ready.extend(self.reader.feed(data))
-        msg = self.ready.popleft()
-        if limit is not None and len(msg) > limit:
-            raise SecurityError(f"handshake message of {len(msg)} bytes exceeds {limit}")
-        return msg
-
-    async def handshake(self, session: SecureSession) -> None:
-        """Run ``session``'s handshake to completion over the stream."""
-        while not session.established:
-            msg = await self.next(MAX_HANDSHAKE_SIZE)
-            if msg is None:
-                raise EOFError("connection closed during the handshake")
-            out, _ = session.receive_handshake(msg)
-            if out:
-                await self.stream.send_all(frame(out))
-
-
-def _remote_host(stream: trio.SocketStream) -> str:
-    try:
-        return str(stream.socket.getpeername()[0])
-    except OSError:  # already reset by the peer
-        return "?"
-
-
-def _fd_budget() -> int:
-    """Connections this process can hold: its file descriptor limit less a
-    reserve for listeners, mDNS, logs and dials."""
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return 1 << 30 if soft == resource.RLIM_INFINITY else max(8, soft - 48)
-
-
-def _loopback(host: str) -> bool:
-    return host.startswith("127.") or host == "::1"
-
-
-def verified_peer(fleet: Fleet, record: bytes) -> Peer:
-    """The peer a discovery record names, once its signature and fleet membership check out."""
-    vr = verify_record(fleet, record)
-    return Peer(vr.node_id, vr.host, vr.port, record, vr.issued_at)
-
-
-async def dial_secure(
-    host: str,
-    port: int,
-    identity: NodeIdentity,
-    fleet: Fleet,
-    timeout: float,
-    revoked: Container[int] = frozenset(),
-) -> tuple[trio.SocketStream, SecureSession, _Messages]:
-    """Connect and run the initiator's handshake within ``timeout`` seconds.
-
-    Returns the stream, the established session and the message reader, which
-    may already hold records that followed the handshake.  The stream is closed
-    if anything fails.
-    """
-    with trio.fail_after(timeout):
-        stream = await trio.open_tcp_stream(host, port)
-        try:
-            session = SecureSession.initiator(identity, fleet, revoked=revoked)
-            await stream.send_all(frame(session.start()))
-            messages = _Messages(stream, MAX_HANDSHAKE_SIZE)
-            await messages.handshake(session)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            raise
-    return stream, session, messages
-
-
-async def accept_secure(
-    stream: trio.SocketStream,
-    identity: NodeIdentity,
-    fleet: Fleet,
-    max_message: int,
-    timeout: float,
-    revoked: Container[int] = frozenset(),
-) -> tuple[SecureSession, _Messages]:
-    """Run the responder's handshake on an accepted stream within ``timeout`` seconds.
-
-    ``max_message`` bounds the records read after the handshake; the caller
-    closes the stream on failure.
-    """
-    with trio.fail_after(timeout):
-        session = SecureSession.responder(identity, fleet, revoked=revoked)
-        session.start()  # the responder speaks second: nothing to send yet
-        messages = _Messages(stream, max_message, handshake=_RESPONDER_READS)
-        await messages.handshake(session)
-    return session, messages
-
-
 @asynccontextmanager
 async def open_node(
     node_dir: str | Path | tuple[NodeIdentity, Fleet],
@@ -1857,7 +1739,7 @@ async def _open_node(
     loaded: tuple[NodeIdentity, Fleet], cfg: NodeConfig, trace: TraceHook | None
 ) -> AsyncIterator[Node]:
     identity, fleet = loaded
-    _quiet_accept_errors()
+    quiet_accept_errors()
     node = Node(identity, fleet, cfg, trace)
     follow = cfg.revocation_file
     node._revocation_file = None if follow is None else Path(follow)
@@ -1917,65 +1799,6 @@ async def _open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
-
-
-class _Quiet:
-    """Expected network failures (a peer unreachable, a connection lost, junk
-    refused) logged once per cause and subject per ``interval``, with a count
-    of those held back: a flapping link or a flood must not flood the log.
-    Remembers at most ``limit`` subjects (junk has many addresses)."""
-
-    def __init__(self, logger: logging.Logger, interval: float = 10.0, limit: int = 1024) -> None:
-        self.logger = logger
-        self.interval = interval
-        self.limit = limit
-        self.seen: dict[tuple[str, object], tuple[float, int]] = {}
-
-    def warn(self, key: tuple[str, object], msg: str, *args: object) -> None:
-        now = time.monotonic()
-        last, held = self.seen.get(key, (-float("inf"), 0))
-        if now - last < self.interval:
-            self.seen[key] = (last, held + 1)
-            return
-        if held:
-            msg = f"{msg} ({held} more like it in the last {self.interval:.0f} s)"
-        self.seen.pop(key, None)
-        self.seen[key] = (now, 0)
-        while len(self.seen) > self.limit:
-            del self.seen[next(iter(self.seen))]
-        self.logger.warning(msg, *args)
-
-
-class _OncePer(logging.Filter):
-    """Lets one record through per ``seconds``, without its traceback, and says
-    how many it held back: expected overload errors (out of file descriptors
-    in trio's accept loop, which backs off 0.1 s and retries) must not flood
-    the log."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-        self.last = -float("inf")
-        self.held = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        now = time.monotonic()
-        if now - self.last < self.seconds:
-            self.held += 1
-            return False
-        self.last = now
-        record.exc_info = record.exc_text = None
-        if self.held:
-            record.msg = f"{record.msg} ({self.held} more since the last report)"
-            self.held = 0
-        return True
-
-
-def _quiet_accept_errors() -> None:
-    """Install :class:`_OncePer` on trio's accept loop logger, once per process."""
-    logger = logging.getLogger("trio.serve_listeners")
-    if not any(isinstance(f, _OncePer) for f in logger.filters):
-        logger.addFilter(_OncePer(10.0))
 
 
 def _settle_heap() -> None:

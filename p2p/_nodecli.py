@@ -48,10 +48,9 @@ from p2p._node import (
     NodeConfig,
     Subscription,
     open_node,
-    parse_address,
-    verified_peer,
 )
 from p2p._shutdown import Shutdown, graceful
+from p2p._transport import parse_address, verified_peer
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:

@@ -76,8 +76,9 @@ from p2p._identity import (
     issue_certificate,
     load_node,
 )
-from p2p._node import _RESPONDER_READS, Delivery, Node, NodeConfig, TraceHook, open_node
+from p2p._node import Delivery, Node, NodeConfig, TraceHook, open_node
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, sign_record, verify_record
+from p2p._transport import _RESPONDER_READS
 from p2p._wire import (
     FrameReader,
     PeerExchange,

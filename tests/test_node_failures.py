@@ -285,7 +285,7 @@ def test_malformed_detector_packet_closes_only_that_connection(tmp_path: Path) -
             stream = await trio.open_tcp_stream("127.0.0.1", a.port)
             session = SecureSession.initiator(identity, fleet)
             await stream.send_all(frame(session.start()))
-            from p2p._node import _Messages
+            from p2p._transport import Messages as _Messages
 
             messages = _Messages(stream, 1 << 16)
             await messages.handshake(session)

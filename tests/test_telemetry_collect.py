@@ -11,7 +11,7 @@ from _telemetry import landed
 
 from p2p import Node, NodeConfig, open_node
 from p2p._identity import add_node, init_fleet, load_node
-from p2p._node import dial_secure
+from p2p._transport import dial_secure
 from p2p.telemetry._collector import (
     Collector,
     UploadStats,
