@@ -63,7 +63,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 import cbor2
 
 from p2p.telemetry._generate import parse_time
+from p2p.telemetry._report import write_report
 from p2p.telemetry._schema import (
     BUCKETS,
     EVENTS,
@@ -81,13 +82,22 @@ from p2p.telemetry._schema import (
     percentile,
     validate,
 )
+from p2p.telemetry._spark import (
+    SPARK_MISSING,
+    absolute,
+    is_uri,
+    local_path,
+    require_pyspark,
+    scheme,
+    spark_session,
+    write_text,
+)
 
 if TYPE_CHECKING:
-    from pyspark import RDD, SparkContext
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-SPARK_MISSING = "install the spark extra: pip install 'vcube-ps[spark]'"
 LAYOUT = re.compile(r"date=(\d{4}-\d{2}-\d{2}|unknown)/device=([0-9a-f]{16})/(\d+)-(\d+)\.cbor")
 """A landing file's path below LANDING_DIR."""
 REASONS = ("undecodable", "oversize", "schema_version", "invalid", "misplaced", "unreadable")
@@ -132,20 +142,6 @@ class Options:
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def _scheme(path: str) -> str | None:
-    match = re.match(r"([a-zA-Z][a-zA-Z0-9+.-]*)://", path)
-    return None if match is None else match.group(1).lower()
-
-
-def _is_uri(path: str) -> bool:
-    """Read through Hadoop (``binaryFiles``): any ``scheme://`` path, ``file://`` included."""
-    return _scheme(path) is not None
-
-
-def _local(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def parse_when(text: str | None) -> float | None:
@@ -208,7 +204,7 @@ def list_landing(
     landing: str, since: float | None = None
 ) -> tuple[list[LandingFile], list[str], int]:
     """Landing files under a local ``landing`` dir: ``(files, skipped, pruned)``."""
-    root = Path(_local(landing))
+    root = Path(local_path(landing))
     if not root.is_dir():
         raise TelemetryError(f"landing directory {landing} does not exist")
     files: list[LandingFile] = []
@@ -471,7 +467,7 @@ class _Task:
             stats["files"] += 1
             if blob is None:
                 try:
-                    with open(_local(lf.path), "rb") as fh:
+                    with open(local_path(lf.path), "rb") as fh:
                         blob = fh.read()
                 except OSError as exc:
                     stats["files_unreadable"] += 1
@@ -821,6 +817,90 @@ def _fleet_row(
     )
 
 
+class Merged:
+    """The decode tasks' outputs merged on the driver: everything the tables are made of.
+
+    Partials are small (one per device, per (window, topic), per window, per
+    topic and task), so merging them here costs less than a shuffle.
+    """
+
+    def __init__(self) -> None:
+        self.stats: Counter[str] = Counter()
+        self.t_first, self.t_last = math.inf, -math.inf
+        self.devices: list[tuple[Any, ...]] = []
+        # keyed by (window start, topic), topic, window start
+        self.windows: dict[Any, list[Any]] = {}
+        self.topics: dict[Any, list[Any]] = {}
+        self.fleet: dict[Any, list[Any]] = {}
+        self.events: list[tuple[Any, ...]] = []
+        self.quarantine: list[tuple[Any, ...]] = []
+
+    def add(self, row: tuple[Any, ...]) -> None:
+        tag = row[0]
+        if tag == "s":
+            part = dict(row[1])
+            self.t_first = min(self.t_first, part.pop("t_first"))
+            self.t_last = max(self.t_last, part.pop("t_last"))
+            self.stats.update(part)
+        elif tag == "d":
+            self.devices.append(row[1])
+        elif tag == "e":
+            self.events.append(row[1])
+        elif tag == "q":
+            self.quarantine.append(row[1])
+        else:
+            keyed = {"w": self.windows, "t": self.topics, "f": self.fleet}[tag]
+            _fold(keyed, row[1], row[2], _MERGE[tag])
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """First window start and last window end of the kept node and topic records."""
+        return (self.t_first, self.t_last) if self.t_first < self.t_last else (0.0, 0.0)
+
+    def tables(self, width: float) -> dict[str, list[tuple[Any, ...]]]:
+        """Every output table's rows, in the order they are written."""
+        span = self.span
+        topics = sorted(
+            (_topic_row(span, kv) for kv in self.topics.items()),
+            key=lambda row: (-row[3], -row[4], row[0]),
+        )
+        return {
+            "devices": sorted(self.devices, key=lambda row: row[0]),
+            "topics": [(row[0], rank, *row[1:]) for rank, row in enumerate(topics, 1)],
+            "windows": [_window_row(width, span, kv) for kv in sorted(self.windows.items())],
+            "fleet": [_fleet_row(width, span, kv) for kv in sorted(self.fleet.items())],
+            "timeline": sorted(self.events, key=lambda row: (row[1], row[2], row[3], row[4])),
+            "quarantine": sorted(
+                self.quarantine, key=lambda row: (row[0], row[1] is not None, row[1] or 0)
+            ),
+        }
+
+
+_MERGE: dict[str, Callable[[list[Any], list[Any]], list[Any]]] = {
+    "w": _merge_counts,
+    "t": _merge_topic,
+    "f": _merge_fleet,
+}
+
+
+def _fold(
+    into: dict[Any, list[Any]],
+    key: Any,
+    value: list[Any],
+    merge: Callable[[list[Any], list[Any]], list[Any]],
+) -> None:
+    previous = into.get(key)
+    into[key] = value if previous is None else merge(previous, value)
+
+
+def merge_outputs(rows: Iterable[tuple[Any, ...]]) -> Merged:
+    """All tagged task outputs merged (see :meth:`_Task.output` for the tags)."""
+    merged = Merged()
+    for row in rows:
+        merged.add(row)
+    return merged
+
+
 # ------------------------------------------------------------------- schemas
 
 
@@ -865,7 +945,7 @@ def _schemas() -> dict[str, StructType]:
         ),
         "topics": StructType(
             cols(
-                "topic:s records:l devices:l publications:l deliveries:l held:l "
+                "topic:s hot_rank:l records:l devices:l publications:l deliveries:l held:l "
                 f"pub_rate_per_s:d delivery_rate_per_s:d {pct} first_seen:t last_seen:t {hists}"
             )
         ),
@@ -893,72 +973,6 @@ def _schemas() -> dict[str, StructType]:
 
 
 # ------------------------------------------------------------------ spark
-
-
-def _pyspark() -> Any:
-    try:
-        import pyspark
-    except ImportError:
-        raise TelemetryError(SPARK_MISSING) from None
-    return pyspark
-
-
-def spark_session(
-    master: str = "local[*]",
-    *,
-    driver_memory: str = "2g",
-    ui: bool = False,
-    shuffle_partitions: int | None = None,
-    extra: dict[str, str] | None = None,
-) -> SparkSession:
-    """A SparkSession for the job (workers run this interpreter on a local master)."""
-    _pyspark()
-    from pyspark.sql import SparkSession
-
-    if master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    cores = os.cpu_count() or 2
-    builder: Any = SparkSession.builder.master(master).appName("p2p-telemetry")
-    conf = {
-        "spark.ui.enabled": "true" if ui else "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": driver_memory,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions or max(4, 2 * cores)),
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.python.worker.reuse": "true",
-        **(extra or {}),
-    }
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    try:
-        spark: SparkSession = builder.getOrCreate()
-    except Exception as exc:
-        raise TelemetryError(
-            f"could not start Spark (master {master}; is Java 17+ installed and JAVA_HOME "
-            f"set?): {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
-        ) from exc
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def _ship_package(sc: SparkContext) -> None:
-    """On a cluster, send ``p2p.telemetry`` (and the tiny ``p2p`` root) to the executors.
-
-    Executors then need Python with ``cbor2`` only; on a local master the
-    workers import the installed package.
-    """
-    import tempfile
-    import zipfile
-
-    root = Path(__file__).resolve().parents[2]
-    target = Path(tempfile.mkdtemp(prefix="p2p-telemetry-")) / "p2p_telemetry.zip"
-    with zipfile.ZipFile(target, "w") as zf:
-        for rel in ("p2p/__init__.py", "p2p/_errors.py"):
-            zf.write(root / rel, rel)
-        for py in sorted((root / "p2p" / "telemetry").glob("*.py")):
-            zf.write(py, f"p2p/telemetry/{py.name}")
-    sc.addPyFile(str(target))
 
 
 class _Progress:
@@ -1009,15 +1023,6 @@ class _Progress:
 # --------------------------------------------------------------------- run
 
 
-def _counted(counter: Any, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    counter.add(1)
-    return row
-
-
-def _table(spark: SparkSession, rdd: RDD[Any], schema: StructType) -> DataFrame:
-    return spark.createDataFrame(rdd, schema, verifySchema=False)
-
-
 def run(
     opts: Options,
     spark: SparkSession | None = None,
@@ -1026,29 +1031,20 @@ def run(
     """Run the job; returns the summary (also written to ``OUT_DIR/summary.json``).
 
     ``spark``: an existing session to use (tests); otherwise one is started
-    on ``opts.master`` and stopped at the end.
+    on ``opts.master`` and stopped at the end.  Paths are made absolute
+    first (executors do not share the driver's working directory).  A run
+    that reads no item, or keeps none, writes its tables and summary and
+    then raises :class:`TelemetryError` with the first reasons.
     """
 
     def quiet(_: str) -> None:
         pass
 
     emit = say or (_stderr if opts.progress else quiet)
-    if not opts.window > 0:
-        raise TelemetryError("--window must be positive")
-    if opts.since is not None and opts.until is not None and opts.since >= opts.until:
-        raise TelemetryError("--since must be before --until")
-    uri = _is_uri(opts.landing)
-    if not uri:
-        landing_path = Path(_local(opts.landing))
-        if not landing_path.is_dir():
-            raise TelemetryError(f"landing directory {opts.landing} does not exist")
-        if _scheme(opts.out) in (None, "file"):
-            out_res = Path(_local(opts.out)).resolve()
-            land_res = landing_path.resolve()
-            if out_res == land_res or land_res in out_res.parents or out_res in land_res.parents:
-                raise TelemetryError("OUT_DIR and LANDING_DIR must not contain each other")
+    opts = replace(opts, landing=absolute(opts.landing), out=absolute(opts.out))
+    _check_options(opts)
     if spark is None:
-        _pyspark()  # the clear error before any work
+        require_pyspark()  # the clear error before any work
     started = time.perf_counter()
     timings: dict[str, float] = {}
     own = spark is None
@@ -1057,55 +1053,50 @@ def run(
         spark = spark_session(opts.master, driver_memory=opts.driver_memory, ui=opts.ui)
         timings["start_spark"] = round(time.perf_counter() - started, 3)
     try:
-        return _run(spark, opts, emit, started, timings, uri)
+        summary = _run(spark, opts, emit, started, timings)
     finally:
         if own:
             spark.stop()
+    _fail_if_nothing_kept(summary)
+    return summary
 
 
-def _run(
-    spark: SparkSession,
-    opts: Options,
-    emit: Callable[[str], None],
-    started: float,
-    timings: dict[str, float],
-    uri: bool,
-) -> dict[str, Any]:
-    from pyspark import StorageLevel
+def _check_options(opts: Options) -> None:
+    if not opts.window > 0:
+        raise TelemetryError("--window must be positive")
+    if opts.since is not None and opts.until is not None and opts.since >= opts.until:
+        raise TelemetryError("--since must be before --until")
+    if is_uri(opts.landing) and not opts.landing.startswith("file://"):
+        return
+    landing_path = Path(local_path(opts.landing))
+    if not landing_path.is_dir():
+        raise TelemetryError(f"landing directory {opts.landing} does not exist")
+    if scheme(opts.out) in (None, "file"):
+        out_res = Path(local_path(opts.out)).resolve()
+        land_res = landing_path.resolve()
+        if out_res == land_res or land_res in out_res.parents or out_res in land_res.parents:
+            raise TelemetryError("OUT_DIR and LANDING_DIR must not contain each other")
 
+
+def _fail_if_nothing_kept(summary: dict[str, Any]) -> None:
+    """A run that read nothing, or quarantined everything, must not look like a success."""
+    items, valid = summary["records_read"], summary["valid"]
+    if items and valid:
+        return
+    first = "; ".join(summary["first_failures"]) or "no items in the files"
+    what = "no record was read" if not items else f"all {items:,} items were quarantined"
+    raise TelemetryError(f"{what} from {summary['files']:,} files under {summary['landing']}: "
+                         f"{first}")  # fmt: skip
+
+
+def _decode(
+    spark: SparkSession, opts: Options, files: list[LandingFile], tasks: int, counter: Any
+) -> list[tuple[Any, ...]]:
+    """Runs the decode tasks (one Spark job) and returns their tagged outputs."""
     sc = spark.sparkContext
-    master = sc.master or opts.master
-    if not master.startswith("local"):
-        _ship_package(sc)
-
-    t = time.perf_counter()
-    emit(f"[1/5] listing files in {opts.landing}...")
-    if uri:
-        files, skipped, pruned = _list_uri(spark, opts.landing, opts.since)
-    else:
-        files, skipped, pruned = list_landing(opts.landing, opts.since)
-    if not files:
-        raise TelemetryError(
-            f"no landing files under {opts.landing} (expected "
-            "date=YYYY-MM-DD/device=<16 hex>/<boot>-<first seq>.cbor)"
-        )
-    total_bytes = sum(f.size for f in files)
-    devices = len({f.device for f in files})
-    parallelism = sc.defaultParallelism
-    tasks = opts.partitions or max(2 * parallelism, math.ceil(total_bytes / TARGET_TASK_BYTES))
-    tasks = max(1, min(tasks, devices))
-    timings["list"] = round(time.perf_counter() - t, 3)
-    emit(
-        f"      {len(files)} files, {total_bytes / 1e6:,.1f} MB, {devices} devices, "
-        f"{len(skipped)} skipped, {pruned} pruned by --since ({timings['list']:.1f} s)"
-    )
-
-    t = time.perf_counter()
-    emit(f"[2/5] decoding and validating on {tasks} tasks...")
     cfg = _TaskConfig(opts.since, opts.until, opts.window)
-    counter = sc.accumulator(0)
     body = partial(_run_task, cfg, counter)
-    if uri:
+    if is_uri(opts.landing):
         wanted = sc.broadcast({f.path: f for f in files})
         pairs = (
             sc.binaryFiles(opts.landing.rstrip("/") + "/date=*/device=*/*")
@@ -1119,17 +1110,51 @@ def _run(
         tagged = sc.parallelize(bins, len(bins)).mapPartitions(
             lambda it: body(g for b in it for g in b)
         )
-    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
     sc.setJobDescription("decode and validate landing files")
+    return tagged.collect()
+
+
+def _run(
+    spark: SparkSession,
+    opts: Options,
+    emit: Callable[[str], None],
+    started: float,
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    sc = spark.sparkContext
+    master = sc.master or opts.master
+
+    t = time.perf_counter()
+    emit(f"[1/5] listing files in {opts.landing}...")
+    if is_uri(opts.landing):
+        files, skipped, pruned = _list_uri(spark, opts.landing, opts.since)
+    else:
+        files, skipped, pruned = list_landing(opts.landing, opts.since)
+    if not files:
+        raise TelemetryError(
+            f"no landing files under {opts.landing} (expected "
+            "date=YYYY-MM-DD/device=<16 hex>/<boot>-<first seq>.cbor)"
+        )
+    total_bytes = sum(f.size for f in files)
+    devices = len({f.device for f in files})
+    tasks = opts.partitions or max(
+        2 * sc.defaultParallelism, math.ceil(total_bytes / TARGET_TASK_BYTES)
+    )
+    tasks = max(1, min(tasks, devices))
+    timings["list"] = round(time.perf_counter() - t, 3)
+    emit(
+        f"      {len(files)} files, {total_bytes / 1e6:,.1f} MB, {devices} devices, "
+        f"{len(skipped)} skipped, {pruned} pruned by --since ({timings['list']:.1f} s)"
+    )
+
+    t = time.perf_counter()
+    emit(f"[2/5] decoding and validating on {tasks} tasks...")
+    counter = sc.accumulator(0)
     watch = _Progress(sc, "decode", counter, emit) if opts.progress else contextlib.nullcontext()
     with watch:
-        parts = tagged.filter(lambda r: r[0] == "s").map(lambda r: r[1]).collect()
-    stats: Counter[str] = Counter()
-    t_first, t_last = math.inf, -math.inf
-    for part in parts:
-        t_first = min(t_first, part.pop("t_first"))
-        t_last = max(t_last, part.pop("t_last"))
-        stats.update(part)
+        parts = _decode(spark, opts, files, tasks, counter)
+    merged = merge_outputs(parts)
+    stats = merged.stats
     timings["decode"] = round(time.perf_counter() - t, 3)
     emit(
         f"      {stats['items']:,} items: {stats['valid']:,} valid, "
@@ -1140,72 +1165,15 @@ def _run(
 
     t = time.perf_counter()
     emit("[3/5] aggregating and writing tables...")
-    span = (t_first, t_last) if t_first < t_last else (0.0, 0.0)
-    width = opts.window
+    tables = merged.tables(opts.window)
     schemas = _schemas()
-    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-
-    def of(tag: str) -> RDD[Any]:
-        return tagged.filter(lambda r: r[0] == tag)
-
-    windows = (
-        of("w")
-        .map(lambda r: (r[1], r[2]))
-        .reduceByKey(_merge_counts, shuffle)
-        .map(partial(_window_row, width, span))
-    )
-    topics = (
-        of("t")
-        .map(lambda r: (r[1], r[2]))
-        .reduceByKey(_merge_topic, shuffle)
-        .map(partial(_topic_row, span))
-        .sortBy(lambda row: (-row[3], -row[4], row[0]), numPartitions=1)
-        .zipWithIndex()
-        .map(lambda ri: (ri[0][0], ri[1] + 1, *ri[0][1:]))
-    )
-    fleet = (
-        of("f")
-        .map(lambda r: (r[1], r[2]))
-        .reduceByKey(_merge_fleet, shuffle)
-        .map(partial(_fleet_row, width, span))
-    )
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    topic_schema = StructType(
-        [
-            schemas["topics"].fields[0],
-            StructField("hot_rank", LongType()),
-            *schemas["topics"].fields[1:],
-        ]
-    )
-    # Rows written are counted by accumulators in the last step before each write
-    # (no job is run twice; a retried task may count twice on a flaky cluster).
-    counts = {name: sc.accumulator(0) for name in TABLES}
-    sources: dict[str, tuple[RDD[Any], StructType, list[str]]] = {
-        "devices": (of("d").map(lambda r: r[1]), schemas["devices"], ["device"]),
-        "topics": (topics, topic_schema, ["hot_rank"]),
-        "windows": (windows, schemas["windows"], ["window_start", "topic"]),
-        "fleet": (fleet, schemas["fleet"], ["window_start"]),
-        "timeline": (
-            of("e").map(lambda r: r[1]),
-            schemas["timeline"],
-            ["t_unix", "device", "boot", "seq"],
-        ),
-        "quarantine": (of("q").map(lambda r: r[1]), schemas["quarantine"], ["file", "offset"]),
-    }
-    frames = {
-        name: (_table(spark, rdd.map(partial(_counted, counts[name])), schema), order)
-        for name, (rdd, schema, order) in sources.items()
-    }
-    out = opts.out.rstrip("/")
-    rows: dict[str, int] = {}
-    for name, (frame, order) in frames.items():
+    for name in TABLES:
         sc.setJobDescription(f"write {name}")
-        frame.repartition(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
-            f"{out}/{name}"
-        )
-        rows[name] = int(counts[name].value)
-    tagged.unpersist()
+        # Local rows are converted on the driver and unpickled by the JVM (no Python
+        # worker); coalesce(1) keeps their order in one file without a shuffle.
+        frame = spark.createDataFrame(tables[name], schemas[name], verifySchema=False)
+        frame.coalesce(1).write.mode("overwrite").parquet(f"{opts.out.rstrip('/')}/{name}")
+    rows = {name: len(tables[name]) for name in TABLES}
     timings["aggregate_write"] = round(time.perf_counter() - t, 3)
     emit(
         "      "
@@ -1213,22 +1181,21 @@ def _run(
         + f" ({timings['aggregate_write']:.1f} s)"
     )
 
-    summary = _summary(opts, stats, files, skipped, pruned, total_bytes, tasks, span, rows)
+    summary = _summary(opts, stats, files, skipped, pruned, total_bytes, tasks, merged.span, rows)
+    summary["first_failures"] = first_failures(tables["quarantine"])
     summary["spark"] = {"master": master, "version": spark.version, "tasks": tasks}
     summary["timings_s"] = timings
     if opts.report:
         t = time.perf_counter()
         emit("[4/5] writing report.html...")
-        from p2p.telemetry._report import write_report
-
         timings["report"] = 0.0
-        write_report(spark, opts.out, summary)
+        write_report(opts.out, summary, named_rows(tables, schemas))
         timings["report"] = round(time.perf_counter() - t, 3)
     else:
         emit("[4/5] report skipped (--no-report)")
     timings["total"] = round(time.perf_counter() - started, 3)
     summary["records_per_s"] = round(stats["items"] / max(timings["total"], 1e-9), 1)
-    _write_text(opts.out, "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(opts.out, "summary.json", json.dumps(summary, indent=2) + "\n")
     emit(
         f"[5/5] done in {timings['total']:.1f} s: {stats['items']:,} items, "
         f"{summary['records_per_s']:,.0f} items/s; tables, summary.json"
@@ -1237,15 +1204,23 @@ def _run(
     return summary
 
 
-def _write_text(out: str, name: str, text: str) -> None:
-    """A driver-side file in OUT_DIR (a local or shared path)."""
-    if _scheme(out) not in (None, "file"):
-        raise TelemetryError(f"cannot write {name} to {out}: OUT_DIR must be a local/shared path")
-    path = Path(_local(out))
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / f".{name}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path / name)
+def first_failures(quarantine: list[tuple[Any, ...]], count: int = 3) -> list[str]:
+    """``file@offset reason: error`` of the first quarantined items (in table order)."""
+    out = []
+    for file, offset, reason, _fld, error, *_ in quarantine[:count]:
+        where = file if offset is None else f"{file}@{offset}"
+        out.append(f"{where} {reason}: {error}"[:300])
+    return out
+
+
+def named_rows(
+    tables: dict[str, list[tuple[Any, ...]]], schemas: dict[str, StructType]
+) -> dict[str, list[dict[str, Any]]]:
+    """The tables' rows as dicts keyed by column name (what the report reads)."""
+    return {
+        name: [dict(zip(schemas[name].names, row, strict=True)) for row in rows]
+        for name, rows in tables.items()
+    }
 
 
 def _summary(
