@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 import cbor2
 
+from p2p.telemetry._batch import Checker, check_file
 from p2p.telemetry._generate import parse_time
 from p2p.telemetry._report import write_report
 from p2p.telemetry._schema import (
@@ -80,7 +81,6 @@ from p2p.telemetry._schema import (
     NODE_COUNTERS,
     TelemetryError,
     percentile,
-    validate,
 )
 from p2p.telemetry._spark import (
     SPARK_MISSING,
@@ -139,6 +139,8 @@ class Options:
     report: bool = True
     progress: bool = True
     ui: bool = False
+    batch: bool = True
+    """Validate in batches (:mod:`p2p.telemetry._batch`); ``False``: one ``validate`` per item."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -306,9 +308,21 @@ def _hist_sum(acc: list[int], pending: list[list[int]]) -> list[int]:
 class _Window:
     """Partial aggregate of one (window, topic) in one task."""
 
-    __slots__ = ("deliveries", "devices", "held", "hists", "last", "pending", "pubs", "records")
+    __slots__ = (
+        "deliveries",
+        "devices",
+        "held",
+        "hists",
+        "last",
+        "number",
+        "pending",
+        "pubs",
+        "records",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, number: int) -> None:
+        self.number = number
+        """Its row in the task's numpy histogram sums (:class:`_HistSums`)."""
         self.records = self.devices = self.pubs = self.deliveries = self.held = 0
         self.last: object = None
         """The device (its accumulator) that last added here: counts distinct devices."""
@@ -321,9 +335,50 @@ class _Window:
                 self.hists[i] = _hist_sum(self.hists[i], self.pending[i])
                 self.pending[i] = []
 
-    def partial(self) -> list[Any]:
+    def partial(self, sums: _HistSums) -> list[Any]:
         self.flush()
-        return [self.records, self.devices, self.pubs, self.deliveries, self.held, *self.hists]
+        hists = sums.add_to(self.number, self.hists)
+        return [self.records, self.devices, self.pubs, self.deliveries, self.held, *hists]
+
+
+class _HistSums:
+    """Histogram sums of the records accepted in batch, one int64 row per (window, topic)."""
+
+    def __init__(self) -> None:
+        self.sums: Any = None
+        self.keys: list[int] = []
+        self.batches: list[tuple[Any, list[int]]] = []
+
+    def add(self, number: int, hists: Any, row: int) -> None:
+        """Schedules ``hists[row]`` to be added to row ``number`` (see :meth:`fold`)."""
+        if not self.batches or self.batches[-1][0] is not hists:
+            self.batches.append((hists, []))
+        self.keys.append(number)
+        self.batches[-1][1].append(row)
+
+    def fold(self, size: int) -> None:
+        """Adds the scheduled rows (``size``: the number of windows so far)."""
+        if not self.keys:
+            return
+        import numpy as np
+
+        if self.sums is None or len(self.sums) < size:
+            grown = np.zeros((max(size, 2 * (0 if self.sums is None else len(self.sums))), NH,
+                              BUCKETS + 1), dtype=np.int64)  # fmt: skip
+            if self.sums is not None:
+                grown[: len(self.sums)] = self.sums
+            self.sums = grown
+        rows = np.concatenate([hists[r] for hists, r in self.batches])
+        np.add.at(self.sums, np.array(self.keys), rows)
+        self.keys, self.batches = [], []
+
+    def add_to(self, number: int, hists: list[list[int]]) -> list[list[int]]:
+        if self.sums is None or number >= len(self.sums):
+            return hists
+        extra = self.sums[number].tolist()
+        return [
+            [a + b for a, b in zip(h, e, strict=True)] for h, e in zip(hists, extra, strict=True)
+        ]
 
 
 # fleet partial layout (per window): name -> (index, merge op)
@@ -419,6 +474,7 @@ class _TaskConfig:
     since: float | None
     until: float | None
     width: float
+    batch: bool = True
 
 
 class _Task:
@@ -437,6 +493,8 @@ class _Task:
         self.events: list[tuple[Any, ...]] = []
         self.quarantine: list[tuple[Any, ...]] = []
         self._run = _Run(_Device(""))
+        self.checker = Checker()
+        self.sums = _HistSums()
 
     def _fleet(self, ws: float) -> list[Any]:
         part = self.fleet.get(ws)
@@ -476,19 +534,20 @@ class _Task:
                     self._bad(lf, None, "unreadable", "", f"{type(exc).__name__}: {exc}", b"")
                     continue
             stats["bytes"] += len(blob)
-            for start, end, item, error in scan(blob):
+            scanned = list(scan(blob))
+            verdicts, hists, rows = check_file(self.checker, blob, scanned, cfg.batch)
+            for i, (start, end, _, error) in enumerate(scanned):
                 items += 1
                 if error is not None:
                     reason, fld = classify(error, False)
                     acc.quarantined += 1
                     self._bad(lf, start, reason, fld, error, blob[start:end])
                     continue
-                try:
-                    rec = validate(item)
-                except Exception as exc:  # TelemetryError, or anything odd in the item
-                    reason, fld = classify(str(exc), True)
+                rec = verdicts[i]
+                if isinstance(rec, Exception):  # TelemetryError, or anything odd in the item
+                    reason, fld = classify(str(rec), True)
                     acc.quarantined += 1
-                    self._bad(lf, start, reason, fld, str(exc), blob[start:end])
+                    self._bad(lf, start, reason, fld, str(rec), blob[start:end])
                     continue
                 if rec["device"] != device:
                     acc.quarantined += 1
@@ -514,7 +573,8 @@ class _Task:
                 if (since is not None and t < since) or (until is not None and t >= until):
                     outside += 1
                     continue
-                self._add(rec, t)
+                self._add(rec, t, hists, rows.get(i, -1))
+            self.sums.fold(len(self.windows))
         run = self._run
         for ws in run.fleet_keys:
             self.fleet[ws][_F["devices"]] += 1
@@ -540,8 +600,9 @@ class _Task:
             self.devices.append(_device_row(acc))
         return items
 
-    def _add(self, rec: dict[str, Any], t: float) -> None:
-        """Fold one kept record into the device, its window and its (window, topic)."""
+    def _add(self, rec: dict[str, Any], t: float, hists: Any = None, row: int = -1) -> None:
+        """Fold one kept record into the device, its window and its (window, topic);
+        its histograms are ``hists[row]`` if it was accepted in batch (``row >= 0``)."""
         run = self._run
         acc = run.acc
         length, kind = rec["window"], rec["kind"]
@@ -574,7 +635,7 @@ class _Task:
             key = (ws, topic)
             part = self.windows.get(key)
             if part is None:
-                part = self.windows[key] = _Window()
+                part = self.windows[key] = _Window(len(self.windows))
             if part.last is not acc:
                 part.last = acc
                 part.devices += 1
@@ -582,12 +643,15 @@ class _Task:
             part.pubs += pubs
             part.deliveries += deliveries
             part.held += held
-            pending = part.pending
-            pending[0].append(rec[_LATENCY])
-            pending[1].append(rec[_HOLDBACK])
-            pending[2].append(rec[_ACK_ROUND])
-            if len(pending[0]) >= _FLUSH:
-                part.flush()
+            if row >= 0:
+                self.sums.add(part.number, hists, row)
+            else:
+                pending = part.pending
+                pending[0].append(rec[_LATENCY])
+                pending[1].append(rec[_HOLDBACK])
+                pending[2].append(rec[_ACK_ROUND])
+                if len(pending[0]) >= _FLUSH:
+                    part.flush()
             span = run.topics.get(topic)
             if span is None:
                 run.topics[topic] = [begin, t]
@@ -653,14 +717,14 @@ class _Task:
             yield ("d", row)
         topics: dict[str, list[Any]] = {}
         for (ws, topic), part in self.windows.items():
-            values = part.partial()
+            values = part.partial(self.sums)
             yield ("w", (ws, topic), values)
             fleet = self._fleet(ws)
             fleet[_F["topic_records"]] += part.records
             fleet[_F["publications"]] += part.pubs
             fleet[_F["deliveries"]] += part.deliveries
             fleet[_F["held"]] += part.held
-            latency = zip(fleet[_F["latency"]], part.hists[0], strict=True)
+            latency = zip(fleet[_F["latency"]], values[5], strict=True)
             fleet[_F["latency"]] = [a + b for a, b in latency]
             tp = topics.get(topic)
             if tp is None:
@@ -1094,7 +1158,7 @@ def _decode(
 ) -> list[tuple[Any, ...]]:
     """Runs the decode tasks (one Spark job) and returns their tagged outputs."""
     sc = spark.sparkContext
-    cfg = _TaskConfig(opts.since, opts.until, opts.window)
+    cfg = _TaskConfig(opts.since, opts.until, opts.window, opts.batch)
     body = partial(_run_task, cfg, counter)
     if is_uri(opts.landing):
         wanted = sc.broadcast({f.path: f for f in files})
