@@ -73,9 +73,9 @@ def test_standalone_cluster_gives_the_local_tables(tmp_path: Path) -> None:
     generate(tmp_path / "land", devices=6, hours=1, seed=5, jobs=1)
     local = aggregate(tmp_path, "land", "--out", "local", "--master", "local[2]")
     assert local.returncode == 0, local.stderr[-2000:]
-    with standalone_cluster(workers=1, cores=1) as url:
-        assert url.startswith("spark://127.0.0.1:")
-        remote = aggregate(tmp_path, "land", "--out", "remote", "--master", url)
+    with standalone_cluster(workers=1, cores=1) as cluster:
+        assert cluster.url.startswith("spark://127.0.0.1:")
+        remote = aggregate(tmp_path, "land", "--out", "remote", "--master", cluster.url)
     assert remote.returncode == 0, remote.stderr[-2000:]
     assert "Traceback" not in remote.stderr
     assert remote.stdout.replace("remote", "local") == local.stdout

@@ -107,11 +107,19 @@ def _kill(daemon: _Daemon) -> None:
         os.killpg(daemon.proc.pid, signal.SIGKILL)
 
 
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    url: str
+    """``spark://127.0.0.1:PORT``"""
+    pids: tuple[int, ...]
+    """The master's and the workers' processes (executors are their children)."""
+
+
 @contextmanager
 def standalone_cluster(
     workers: int = 1, cores: int = 1, memory: str = "1g", timeout: float = 90.0
-) -> Iterator[str]:
-    """Yields the master URL (``spark://127.0.0.1:PORT``) once every worker registered."""
+) -> Iterator[Cluster]:
+    """Yields the cluster once every worker registered with the master."""
     work = Path(tempfile.mkdtemp(prefix="p2p-spark-standalone-"))
     daemons: list[_Daemon] = []
     try:
@@ -130,10 +138,10 @@ def standalone_cluster(
             args += ["--memory", memory, "--work-dir", str(folder), url.group(1)]
             daemons.append(_launch("org.apache.spark.deploy.worker.Worker", args, folder))
         master.wait_for(_REGISTERED, workers, timeout)
-        yield url.group(1)
+        yield Cluster(url.group(1), tuple(d.proc.pid for d in daemons))
     finally:
         for daemon in reversed(daemons):
             _kill(daemon)
 
 
-__all__ = ["standalone_cluster"]
+__all__ = ["Cluster", "standalone_cluster"]
