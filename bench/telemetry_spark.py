@@ -320,14 +320,17 @@ def _cluster(mode: str) -> Iterator[tuple[str, tuple[int, ...]]]:
 # ------------------------------------------------------------ task rates
 
 
-def task_rates(landing: Path, files: int = 400) -> dict[str, Any]:
-    """Decode + validate per core, the job's own code without Spark, on ``files`` files:
-    the batch check and ``validate`` per item, each timed twice in alternation."""
+def task_rates(landing: Path, budget: int = 48 << 20) -> dict[str, Any]:
+    """Decode + validate per core, the job's own code without Spark, on files spread over
+    the landing (``budget`` bytes in all): the batch check and ``validate`` per item, each
+    timed twice in alternation (the best of two is kept)."""
     from p2p.telemetry._batch import Checker, check_file
     from p2p.telemetry._job import list_landing, scan
 
     found, _, _ = list_landing(str(landing))
-    blobs = [Path(f.path).read_bytes() for f in found[:: max(1, len(found) // files)]]
+    total = sum(f.size for f in found)
+    step = max(1, round(total / budget))
+    blobs = [Path(f.path).read_bytes() for f in found[::step]]
     best: dict[str, float] = {}
     items = 0
     for _ in range(2):
