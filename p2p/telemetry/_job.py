@@ -304,10 +304,7 @@ def _run(
         )
     total_bytes = sum(f.size for f in files)
     devices = len({f.device for f in files})
-    tasks = opts.partitions or max(
-        2 * sc.defaultParallelism, math.ceil(total_bytes / TARGET_TASK_BYTES)
-    )
-    tasks = max(1, min(tasks, devices))
+    tasks = max(1, min(opts.partitions or _tasks(total_bytes, sc.defaultParallelism), devices))
     timings["list"] = round(time.perf_counter() - t, 3)
     emit(
         f"      {len(files)} files, {total_bytes / 1e6:,.1f} MB, {devices} devices, "
@@ -369,6 +366,13 @@ def _run(
         f"{' and report.html' if opts.report else ''} in {opts.out}"
     )
     return summary
+
+
+def _tasks(total_bytes: int, cores: int) -> int:
+    """Decode tasks: about ``TARGET_TASK_BYTES`` each, at least two per core, and a multiple
+    of the cores, so that the last wave of tasks keeps every core busy."""
+    waves = max(2, math.ceil(total_bytes / TARGET_TASK_BYTES / cores))
+    return waves * cores
 
 
 def first_failures(quarantine: list[tuple[Any, ...]], count: int = 3) -> list[str]:
