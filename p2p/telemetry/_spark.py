@@ -27,9 +27,11 @@ driver's.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import re
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -157,7 +159,9 @@ def _shipping(master: str, extra: dict[str, str]) -> dict[str, str]:
     """On a cluster: the executor bundle as a Spark archive, first on the workers' path."""
     if is_local(master):
         return {}
-    bundle = executor_bundle(Path(tempfile.mkdtemp(prefix="p2p-telemetry-")))
+    folder = Path(tempfile.mkdtemp(prefix="p2p-telemetry-"))
+    atexit.register(shutil.rmtree, folder, True)  # Spark has copied it by then
+    bundle = executor_bundle(folder)
     archives = ",".join(a for a in (extra.get("spark.archives"), f"{bundle}#{BUNDLE}") if a)
     path = ":".join(p for p in (BUNDLE, extra.get("spark.executorEnv.PYTHONPATH")) if p)
     return {"spark.archives": archives, "spark.executorEnv.PYTHONPATH": path}
