@@ -9,9 +9,10 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from p2p.telemetry._batch import Checker, check_file
+from p2p.telemetry._batch import CHUNK, Checker, check_file
 from p2p.telemetry._schema import (
     BUCKETS,
     EVENTS,
@@ -30,6 +31,12 @@ _FLUSH = 64
 """Histograms buffered per key before they are summed."""
 NH = len(HISTOGRAMS)
 _LATENCY, _HOLDBACK, _ACK_ROUND = HISTOGRAMS  # the order of every histogram list here
+
+
+def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    while chunk := list(islice(items, size)):
+        yield chunk
 
 
 def _ts(t: float | None) -> dt.datetime | None:
@@ -277,47 +284,49 @@ class _Task:
                     self._bad(lf, None, "unreadable", "", f"{type(exc).__name__}: {exc}", b"")
                     continue
             stats["bytes"] += len(blob)
-            scanned = list(scan(blob))
-            verdicts, hists, rows = check_file(self.checker, blob, scanned, cfg.batch)
-            for i, (start, end, _, error) in enumerate(scanned):
-                items += 1
-                if error is not None:
-                    reason, fld = classify(error, False)
-                    acc.quarantined += 1
-                    self._bad(lf, start, reason, fld, error, blob[start:end])
-                    continue
-                rec = verdicts[i]
-                if isinstance(rec, Exception):  # TelemetryError, or anything odd in the item
-                    reason, fld = classify(str(rec), True)
-                    acc.quarantined += 1
-                    self._bad(lf, start, reason, fld, str(rec), blob[start:end])
-                    continue
-                if rec["device"] != device:
-                    acc.quarantined += 1
-                    self._bad(
-                        lf,
-                        start,
-                        "misplaced",
-                        "device",
-                        f"record of device {rec['device']} under device={device}",
-                        blob[start:end],
-                    )
-                    continue
-                valid += 1
-                key = (rec["boot"], rec["seq"])
-                digest = hash(blob[start:end])
-                previous = seen.get(key)
-                if previous is not None:
-                    duplicates += 1
-                    conflicting += previous != digest
-                    continue
-                seen[key] = digest
-                t = rec["t"]
-                if (since is not None and t < since) or (until is not None and t >= until):
-                    outside += 1
-                    continue
-                self._add(rec, t, hists, rows.get(i, -1))
-            self.sums.fold(len(self.windows))
+            # In chunks: a whole file of decoded records held at once costs twice the decode
+            # (allocator and cache); a chunk is also one numpy batch.
+            for scanned in _chunks(scan(blob), CHUNK):
+                verdicts, hists, rows = check_file(self.checker, blob, scanned, cfg.batch)
+                for i, (start, end, _, error) in enumerate(scanned):
+                    items += 1
+                    if error is not None:
+                        reason, fld = classify(error, False)
+                        acc.quarantined += 1
+                        self._bad(lf, start, reason, fld, error, blob[start:end])
+                        continue
+                    rec = verdicts[i]
+                    if isinstance(rec, Exception):  # TelemetryError, or anything odd in the item
+                        reason, fld = classify(str(rec), True)
+                        acc.quarantined += 1
+                        self._bad(lf, start, reason, fld, str(rec), blob[start:end])
+                        continue
+                    if rec["device"] != device:
+                        acc.quarantined += 1
+                        self._bad(
+                            lf,
+                            start,
+                            "misplaced",
+                            "device",
+                            f"record of device {rec['device']} under device={device}",
+                            blob[start:end],
+                        )
+                        continue
+                    valid += 1
+                    key = (rec["boot"], rec["seq"])
+                    digest = hash(blob[start:end])
+                    previous = seen.get(key)
+                    if previous is not None:
+                        duplicates += 1
+                        conflicting += previous != digest
+                        continue
+                    seen[key] = digest
+                    t = rec["t"]
+                    if (since is not None and t < since) or (until is not None and t >= until):
+                        outside += 1
+                        continue
+                    self._add(rec, t, hists, rows.get(i, -1))
+                self.sums.fold(len(self.windows))
         run = self._run
         for ws in run.fleet_keys:
             self.fleet[ws][_F["devices"]] += 1
