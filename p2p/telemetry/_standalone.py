@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -142,6 +143,7 @@ def standalone_cluster(
     finally:
         for daemon in reversed(daemons):
             _kill(daemon)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 __all__ = ["Cluster", "standalone_cluster"]
