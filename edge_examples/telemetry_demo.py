@@ -102,28 +102,27 @@ def main(argv: list[str] | None = None) -> int:
     if not 2 <= args.nodes <= 32 or args.duration <= 0:
         print("telemetry_demo: error: need 2..32 nodes and a positive duration", file=sys.stderr)
         return 2
-    # Without --out the data goes to a new temporary directory that is kept: the
-    # report printed at the end must still be there when the user opens it.
-    root = args.out or Path(tempfile.mkdtemp(prefix="p2p-telemetry-"))
-    root.mkdir(parents=True, exist_ok=True)
-    collector = trio.run(run_fleet, root, args.nodes, args.duration)
-    s = collector.stats
-    print(f"collector: {s.files_landed} files, {s.records_landed} records landed "
-          f"from {len(s.per_device)} devices in {root / 'landing'}")  # fmt: skip
-    from p2p.telemetry._cli import main as telemetry
+    with tempfile.TemporaryDirectory(prefix="p2p-telemetry-") as tmp:
+        root = args.out or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        collector = trio.run(run_fleet, root, args.nodes, args.duration)
+        s = collector.stats
+        print(f"collector: {s.files_landed} files, {s.records_landed} records landed "
+              f"from {len(s.per_device)} devices in {root / 'landing'}")  # fmt: skip
+        from p2p.telemetry._cli import main as telemetry
 
-    try:
-        code = telemetry(["telemetry", "aggregate", str(root / "landing"),
-                          "--out", str(root / "results"), "--master", "local[2]",
-                          "--window", "5"])  # fmt: skip
-    except P2PError as exc:
-        print(f"telemetry_demo: error: {exc}", file=sys.stderr)
-        return 2
-    if code == 0:
-        print(f"report: {root / 'results' / 'report.html'}")
-        if args.out is None:
-            print(f"(kept in {root}; delete it when done, or pass --out DIR)")
-    return code
+        try:
+            code = telemetry(["telemetry", "aggregate", str(root / "landing"),
+                              "--out", str(root / "results"), "--master", "local[2]",
+                              "--window", "5"])  # fmt: skip
+        except P2PError as exc:
+            print(f"telemetry_demo: error: {exc}", file=sys.stderr)
+            return 2
+        if code == 0:
+            print(f"report: {root / 'results' / 'report.html'}")
+            if args.out is None:
+                print("(a temporary directory: pass --out DIR to keep it)")
+        return code
 
 
 if __name__ == "__main__":
