@@ -1,31 +1,41 @@
-"""Telemetry at scale: generate a fleet's landing files, run the Spark job, report the cost.
+"""Telemetry at scale: the Spark job against one plain Python process, on the same landing.
 
 A benchmark, not a test: it asserts nothing.  Run it from the repository
 root (needs the ``spark`` extra, Java 17+, and ``psutil`` from ``bench``)::
 
-    python -m bench.telemetry_spark                  # 1,000 devices x 24 h (~8.6 M records)
-    python -m bench.telemetry_spark --quick          # 50 devices x 6 h, a smoke run
-    python -m bench.telemetry_spark --reuse          # skip generation if the data is there
+    python -m bench.telemetry_spark                     # ~1 M and ~8.6 M records, local + cluster
+    python -m bench.telemetry_spark --sizes 1m --modes local     # one cell
+    python -m bench.telemetry_spark --quick             # 50 devices x 6 h, a smoke run
 
-Steps: ``p2p telemetry generate`` in-process (timed; one worker per core),
-then ``p2p telemetry aggregate`` in a child process, whose whole process
-tree (the Python driver, the JVM, the Python workers) is sampled every
-0.5 s by a thread: the peak of the summed RSS (an upper bound: forked
-workers share pages) and of the summed PSS (shared pages split between
-their users: what the job really holds) are reported, with the peak per
-part.  Records/s is items read over the job's wall time, JVM start
-included; the decode stage's own rate is reported too.  The load average
-before and after is recorded: on a shared machine other work slows the run,
-so the CPU seconds the job's processes used (sampled with the memory) are
-reported as well: records per CPU-second does not depend on other load.
+For each size (``1m``: 120 devices x 24 h; ``8.6m``: 1,000 devices x
+24 h) the landing is generated once under ``--data`` (reused when its
+parameters match), then, in this one invocation and on that landing:
 
-Generated data goes under ``--data`` (default ``/tmp/p2p-telemetry-bench``),
-never into the repository; the numbers go to ``--out`` as JSON.
+* **baseline**: one plain Python process (:func:`baseline`, below): cbor2
+  decode of every spool file, dedupe by ``id``, per-device counts,
+  per-topic sums and latency histograms.  What a user would write in an
+  afternoon, with no validation and no quarantine.
+* **local**: ``p2p telemetry aggregate --master local[*]`` (a child process).
+* **standalone**: the same against a real standalone master with two
+  1-core workers started here as local processes (127.0.0.1).
+* **decode + validate per core**: the job's task code without Spark on a
+  sample of the files, one process: ``scan`` + the batch check, and
+  ``scan`` + ``validate`` per item (the path before the batch check).
+
+Each run's process tree (for the cluster: the master, workers, executors
+and their Python workers too) is sampled every 0.5 s for peak memory (PSS
+summed; RSS summed as an upper bound) and CPU seconds.  Records/s is items
+read over wall time, JVM start included; ``ratio_to_baseline`` is that
+over the baseline's rate from the same invocation.  ``fixed_s`` is
+everything but the decode stage (Spark start, listing, writes, report).
+The load average before and after each run is recorded: the machine may be
+shared.  Results go to ``--out`` as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -33,6 +43,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +53,16 @@ from bench._common import ROOT, machine
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "telemetry_spark.json"
 QUICK_OUT = ROOT / "bench" / "out" / "telemetry_spark_quick.json"
+SIZES = {"1m": (120, 24.0), "8.6m": (1000, 24.0)}
 
 
 class TreeSampler:
     """Peak memory of a process and all its descendants, sampled in a thread."""
 
-    def __init__(self, pid: int, interval: float = 0.5) -> None:
+    def __init__(self, pids: list[int], interval: float = 0.5) -> None:
         import psutil
 
-        self.root = psutil.Process(pid)
+        self.roots = [psutil.Process(pid) for pid in pids]
         self.interval = interval
         self.peak_rss = 0
         self.peak_pss = 0
@@ -81,15 +95,21 @@ class TreeSampler:
             return "python_workers"
         if "p2p.telemetry" in cmd:
             return "driver_python"
+        if "bench.telemetry_spark" in cmd:
+            return "baseline"
         return "other"
 
     def _run(self) -> None:
         import psutil
 
         while not self._stop.is_set():
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-            except psutil.Error:
+            procs = []
+            for root in self.roots:
+                try:
+                    procs += [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    continue
+            if not procs:
                 return
             rss = pss = 0
             parts: dict[str, int] = {}
@@ -117,36 +137,117 @@ def _mb(n: float) -> float:
     return round(n / 1e6, 1)
 
 
-def generate_data(args: argparse.Namespace) -> dict[str, Any]:
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def generate_data(data: Path, devices: int, hours: float, seed: int) -> dict[str, Any]:
+    """The landing for one size, generated unless ``data`` already holds it."""
     from p2p.telemetry._generate import generate
 
-    data = Path(args.data)
     marker = data / "_bench.json"
-    wanted = {"devices": args.devices, "hours": args.hours, "seed": args.seed}
-    if args.reuse and marker.is_file():
+    wanted = {"devices": devices, "hours": hours, "seed": seed}
+    if marker.is_file():
         previous = json.loads(marker.read_text())
         if previous.get("params") == wanted:
-            print(f"reusing {data} (generated in {previous['seconds']:.1f} s)", file=sys.stderr)
+            print(f"reusing {data}", file=sys.stderr)
             return dict(previous["stats"], reused=True)
     if data.exists():
         shutil.rmtree(data)
-    print(f"generating {args.devices} devices x {args.hours} h into {data} ...", file=sys.stderr)
+    print(f"generating {devices} devices x {hours} h into {data} ...", file=sys.stderr)
     started = time.perf_counter()
-    stats = generate(
-        data,
-        devices=args.devices,
-        hours=args.hours,
-        seed=args.seed,
-        progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
-    )
+    stats = generate(data, devices=devices, hours=hours, seed=seed, progress=None)
     seconds = time.perf_counter() - started
     stats["records_per_s"] = round(stats["records"] / seconds, 1)
     marker.write_text(json.dumps({"params": wanted, "seconds": seconds, "stats": stats}))
     return stats
 
 
-def run_job(args: argparse.Namespace) -> dict[str, Any]:
-    out = Path(args.job_out)
+# ------------------------------------------------------------------ baseline
+
+
+def baseline(landing: str) -> dict[str, Any]:
+    """The single-process baseline: decode, dedupe by id, count and sum.  No validation."""
+    import cbor2
+
+    seen: set[str] = set()
+    per_device: Counter[str] = Counter()
+    topics: dict[str, list[Any]] = {}
+    items = 0
+    for path in sorted(Path(landing).glob("date=*/device=*/*.cbor")):
+        data = path.read_bytes()
+        stream = io.BytesIO(data)
+        decoder = cbor2.CBORDecoder(stream)
+        while stream.tell() < len(data):
+            try:
+                rec = decoder.decode()
+            except Exception:  # a torn or corrupt file: keep what came before
+                break
+            items += 1
+            try:
+                rid = rec["id"]
+                if rid in seen:
+                    continue
+                seen.add(rid)
+                per_device[rec["device"]] += 1
+                if rec["kind"] == "topic":
+                    t = topics.get(rec["topic"])
+                    if t is None:
+                        t = topics[rec["topic"]] = [0, 0, [0] * len(rec["latency"])]
+                    t[0] += rec["publications"]
+                    t[1] += rec["deliveries"]
+                    t[2] = [a + b for a, b in zip(t[2], rec["latency"], strict=True)]
+            except (KeyError, TypeError, ValueError):  # a bad record: skip it
+                continue
+    return {"items": items, "kept": len(seen), "devices": len(per_device), "topics": len(topics)}
+
+
+def _baseline_main(landing: str, out: str) -> int:
+    started = time.perf_counter()
+    result = baseline(landing)
+    result["seconds"] = time.perf_counter() - started
+    Path(out).write_text(json.dumps(result))
+    return 0
+
+
+def run_baseline(landing: Path, work: Path) -> dict[str, Any]:
+    out = work / "baseline.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.telemetry_spark",
+        "--baseline-of",
+        str(landing),
+        "--baseline-out",
+        str(out),
+    ]
+    load = _load()
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    with TreeSampler([proc.pid]) as sampler:
+        code = proc.wait()
+    wall = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"the baseline failed with exit status {code}")
+    res = json.loads(out.read_text())
+    return {
+        **res,
+        "wall_s": round(wall, 2),
+        "records_per_s": round(res["items"] / wall, 1),
+        "records_per_s_excluding_start": round(res["items"] / res["seconds"], 1),
+        "peak_memory_mb": {"pss_total": _mb(sampler.peak_pss), "rss_total": _mb(sampler.peak_rss)},
+        "cpu_s": round(sum(sampler.cpu.values()), 1),
+        "load_average_before": load,
+        "load_average_after": _load(),
+    }
+
+
+# ----------------------------------------------------------------------- job
+
+
+def run_job(
+    landing: Path, out: Path, master: str, extra_pids: tuple[int, ...], driver_memory: str
+) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
     cmd = [
@@ -155,29 +256,31 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
         "p2p.telemetry._cli",
         "telemetry",
         "aggregate",
-        str(args.data),
+        str(landing),
         "--out",
         str(out),
         "--master",
-        args.master,
+        master,
         "--driver-memory",
-        args.driver_memory,
+        driver_memory,
     ]
-    print("running: " + " ".join(cmd), file=sys.stderr, flush=True)
-    load_before = os.getloadavg()
+    print("running: " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    load = _load()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT)
-    with TreeSampler(proc.pid) as sampler:
+    with TreeSampler([proc.pid, *extra_pids]) as sampler:
         code = proc.wait()
     wall = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"the job failed with exit status {code}")
     summary = json.loads((out / "summary.json").read_text())
     timings = summary["timings_s"]
+    cpu = sum(sampler.cpu.values())
     return {
-        "command": " ".join(cmd[1:]),
+        "master": master,
         "wall_s": round(wall, 2),
         "timings_s": timings,
+        "fixed_s": round(wall - timings["decode"], 2),
         "records_read": summary["records_read"],
         "aggregated": summary["aggregated"],
         "quarantined": summary["quarantined"],
@@ -189,69 +292,133 @@ def run_job(args: argparse.Namespace) -> dict[str, Any]:
         "spark_version": summary["spark"]["version"],
         "rows": summary["rows"],
         "records_per_s": round(summary["records_read"] / wall, 1),
-        "cpu_s": round(sum(sampler.cpu.values()), 1),
-        "records_per_cpu_s": round(summary["records_read"] / max(sum(sampler.cpu.values()), 1e-9)),
         "decode_records_per_s": round(summary["records_read"] / timings["decode"], 1),
+        "cpu_s": round(cpu, 1),
+        "records_per_cpu_s": round(summary["records_read"] / max(cpu, 1e-9)),
         "peak_memory_mb": {
             "pss_total": _mb(sampler.peak_pss),
             "rss_total": _mb(sampler.peak_rss),
             **{f"pss_{k}": _mb(v) for k, v in sorted(sampler.peak_parts.items())},
         },
-        "memory_samples": sampler.samples,
         "max_processes": sampler.max_processes,
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "load_average_before": load,
+        "load_average_after": _load(),
     }
+
+
+@contextmanager
+def _cluster(mode: str) -> Iterator[tuple[str, tuple[int, ...]]]:
+    if mode == "local":
+        yield "local[*]", ()
+        return
+    from p2p.telemetry._standalone import standalone_cluster
+
+    with standalone_cluster(workers=2, cores=1, memory="1500m") as cluster:
+        yield cluster.url, cluster.pids
+
+
+# ------------------------------------------------------------ task rates
+
+
+def task_rates(landing: Path, budget: int = 48 << 20) -> dict[str, Any]:
+    """Decode + validate per core, the job's own code without Spark, on files spread over
+    the landing (``budget`` bytes in all): the batch check and ``validate`` per item, each
+    timed twice in alternation (the best of two is kept)."""
+    from p2p.telemetry._batch import Checker, check_file
+    from p2p.telemetry._job import list_landing, scan
+
+    found, _, _ = list_landing(str(landing))
+    total = sum(f.size for f in found)
+    step = max(1, round(total / budget))
+    blobs = [Path(f.path).read_bytes() for f in found[::step]]
+    best: dict[str, float] = {}
+    items = 0
+    for _ in range(2):
+        for batch in (True, False):
+            checker = Checker()
+            started = time.perf_counter()
+            items = 0
+            for blob in blobs:
+                scanned = list(scan(blob))
+                check_file(checker, blob, scanned, batch)
+                items += len(scanned)
+            rate = items / (time.perf_counter() - started)
+            key = "batch" if batch else "validate_each"
+            best[key] = max(best.get(key, 0.0), rate)
+    return {
+        "items": items,
+        "files": len(blobs),
+        "records_per_s_per_core": {k: round(v, 1) for k, v in best.items()},
+        "speedup": round(best["batch"] / best["validate_each"], 2),
+    }
+
+
+# --------------------------------------------------------------------- main
+
+
+def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -> dict[str, Any]:
+    data = Path(args.data) / f"d{devices}h{hours:g}"
+    gen = generate_data(data, devices, hours, args.seed)
+    work = Path(args.data) / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {
+        "devices": devices,
+        "hours": hours,
+        "generate": {k: gen[k] for k in ("records", "files", "bytes", "reused") if k in gen},
+        "task_rates": task_rates(data),
+    }
+    print(f"[{label}] decode+validate per core: {res['task_rates']}", file=sys.stderr)
+    res["baseline"] = base = run_baseline(data, work)
+    print(f"[{label}] baseline: {base['records_per_s']:,.0f} records/s", file=sys.stderr)
+    for mode in args.modes.split(","):
+        with _cluster(mode) as (master, pids):
+            job = run_job(data, work / f"out-{mode}", master, pids, args.driver_memory)
+        job["ratio_to_baseline"] = round(job["records_per_s"] / base["records_per_s"], 2)
+        res[mode] = job
+        print(
+            f"[{label}] {mode}: {job['records_per_s']:,.0f} records/s, "
+            f"{job['ratio_to_baseline']}x baseline, fixed {job['fixed_s']} s, "
+            f"peak {job['peak_memory_mb']['pss_total']:,.0f} MB PSS",
+            file=sys.stderr,
+        )
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--devices", type=int, default=1000)
-    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--sizes", default="1m,8.6m", help="comma-separated: " + ", ".join(SIZES))
+    parser.add_argument("--modes", default="local,standalone")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--quick", action="store_true", help="50 devices x 6 h")
-    parser.add_argument("--data", default="/tmp/p2p-telemetry-bench", help="landing dir")
-    parser.add_argument("--job-out", default="/tmp/p2p-telemetry-bench-out", help="job OUT_DIR")
-    parser.add_argument("--reuse", action="store_true", help="reuse --data if it matches")
-    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--quick", action="store_true", help="50 devices x 6 h, local only")
+    parser.add_argument("--data", default="/tmp/p2p-telemetry-bench", help="landing dirs")
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--out", type=Path, help=f"results JSON (default {DEFAULT_OUT})")
+    parser.add_argument("--baseline-of", help=argparse.SUPPRESS)
+    parser.add_argument("--baseline-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.baseline_of:
+        return _baseline_main(args.baseline_of, args.baseline_out)
+    sizes = {"quick": (50, 6.0)} if args.quick else {}
+    for label in [] if args.quick else args.sizes.split(","):
+        if label not in SIZES:
+            parser.error(f"unknown size {label!r} (choose from {', '.join(SIZES)})")
+        sizes[label] = SIZES[label]
     if args.quick:
-        args.devices, args.hours = 50, 6.0
+        args.modes = "local"
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
-    load = os.getloadavg()
-    gen = generate_data(args)
-    job = run_job(args)
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "telemetry_spark",
-        "params": {
-            "devices": args.devices,
-            "hours": args.hours,
-            "seed": args.seed,
-            "master": args.master,
-            "driver_memory": args.driver_memory,
-        },
-        "machine": {**machine(), "memory_gb": _memory_gb(), "load_average_at_start": load},
-        "generate": {
-            k: gen[k]
-            for k in ("records", "files", "bytes", "seconds", "records_per_s", "reused")
-            if k in gen
-        },
-        "job": job,
+        "machine": {**machine(), "memory_gb": _memory_gb(), "load_average_at_start": _load()},
+        "params": {"seed": args.seed, "modes": args.modes, "driver_memory": args.driver_memory},
+        "sizes": {},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
+    for label, (devices, hours) in sizes.items():
+        result["sizes"][label] = one_size(args, label, devices, hours)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    result["machine"]["load_average_at_end"] = _load()
     out.write_text(json.dumps(result, indent=2) + "\n")
-    peak = job["peak_memory_mb"]
-    print(
-        f"\ngenerate: {gen['records']:,} records, {gen['bytes'] / 1e9:.2f} GB in "
-        f"{gen.get('seconds', 0):.1f} s ({gen.get('records_per_s', 0):,.0f} records/s)\n"
-        f"job:      {job['records_read']:,} records in {job['wall_s']:.1f} s: "
-        f"{job['records_per_s']:,.0f} records/s (decode stage "
-        f"{job['decode_records_per_s']:,.0f}/s); peak memory {peak['pss_total']:,.0f} MB PSS "
-        f"({peak['rss_total']:,.0f} MB RSS summed); {job['cpu_s']:,.0f} CPU-s, "
-        f"{job['records_per_cpu_s']:,} records per CPU-second\nresults in {out}"
-    )
+    print(f"results in {out}", file=sys.stderr)
     return 0
 
 

@@ -286,7 +286,7 @@ def ws_of(r: dict[str, Any], width: float) -> float:
 def spark() -> Iterator[SparkSession]:
     if not SPARK_REQUIRED and importlib.util.find_spec("pyspark") is None:
         pytest.skip("the spark extra is not installed (pip install 'vcube-ps[spark]')")
-    from p2p.telemetry._job import spark_session
+    from p2p.telemetry._spark import spark_session
 
     session = spark_session(
         "local[2]",

@@ -15,20 +15,24 @@ How it runs (stage lines and progress go to stderr):
    and listed in the summary as skipped.  With ``--since``, ``date=`` folders
    more than a day before it are not read (a landing file only holds records
    from its day or before it, whichever day a collector files them under).
-2. **Decode** on the executors.  All files of a device go to the same task
-   (devices are spread over tasks by bytes), so duplicates (same ``id``,
-   i.e. same device, boot and seq) are dropped there: the first in
-   (date, file name, offset) order is kept.  Every item is validated with
-   :func:`~p2p.telemetry.validate`; a record whose ``device`` is not its
-   folder's is *misplaced*.  Bad items go to the quarantine, never crash
-   the job.  Each task combines its records into partial aggregates
-   (per device, per (window, topic), per window, per topic) and hands only
-   those, the events and the quarantine rows to Spark.  For a URI the files
-   are read with ``binaryFiles`` and grouped by device with a shuffle.
-3. **Aggregate**: partials are merged with ``reduceByKey`` (counters add,
-   histograms add element-wise), then percentiles come from the merged
-   histograms (:func:`~p2p.telemetry.percentile`) and topics are ranked.
-4. **Write** the tables (Parquet, one folder each under ``OUT_DIR``):
+2. **Decode** on the executors (:mod:`p2p.telemetry._task`).  All files of
+   a device go to the same task (devices are spread over tasks by bytes), so
+   duplicates (same ``id``, i.e. same device, boot and seq) are dropped
+   there: the first in (date, file name, offset) order is kept.  Items are
+   validated per file in batch (:mod:`p2p.telemetry._batch`: exactly
+   :func:`~p2p.telemetry.validate`'s verdicts); a record whose ``device`` is
+   not its folder's is *misplaced*.  Bad items go to the quarantine, never
+   crash the job.  Each task folds its records into partial aggregates (per
+   device, per (window, topic), per window, per topic) and hands only those,
+   the events and the quarantine rows back.  For a URI the files are read
+   with ``binaryFiles`` and grouped by device with a shuffle.
+3. **Aggregate** on the driver (:mod:`p2p.telemetry._tables`): the partials
+   are a few per key and task, so they are collected in the decode job and
+   merged in memory (counters add, histograms add element-wise); then
+   percentiles come from the merged histograms
+   (:func:`~p2p.telemetry.percentile`) and topics are ranked.
+4. **Write** the tables, one Spark write of local rows each (Parquet, one
+   file per folder under ``OUT_DIR``, rows in the order below):
 
    ``devices``     one row per device: records by kind, boots, first/last
                    seen, RSS mean/max, CPU, connections, packets, frames, bytes,
@@ -46,72 +50,62 @@ How it runs (stage lines and progress go to stderr):
    ``quarantine``  one row per bad item: file, byte offset, reason, field,
                    error, the first 64 bytes in hex
 
-   plus ``summary.json`` (counts, by reason, timings) and ``report.html``.
+   plus ``summary.json`` (counts, by reason, timings) and ``report.html``,
+   drawn from the same rows in memory (:mod:`p2p.telemetry._report`).
+
+A run that read no item, or kept none, still writes all that and then fails
+(:class:`~p2p.telemetry.TelemetryError`) with the first quarantine reasons.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import io
 import json
 import math
-import os
-import re
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import cbor2
-
 from p2p.telemetry._generate import parse_time
-from p2p.telemetry._schema import (
-    BUCKETS,
-    EVENTS,
-    HISTOGRAMS,
-    MAX_RECORD_BYTES,
-    NODE_COUNTERS,
-    TelemetryError,
-    percentile,
-    validate,
+from p2p.telemetry._listing import (
+    LAYOUT,
+    REASONS,
+    LandingFile,
+    _list_uri,
+    classify,
+    list_landing,
+    scan,
+    spread,
 )
+from p2p.telemetry._report import write_report
+from p2p.telemetry._schema import TelemetryError
+from p2p.telemetry._spark import (
+    SPARK_MISSING,
+    absolute,
+    is_uri,
+    local_path,
+    require_pyspark,
+    scheme,
+    spark_session,
+    write_text,
+)
+from p2p.telemetry._tables import TABLES, _schemas, merge_outputs
+from p2p.telemetry._task import _run_task, _TaskConfig, window_start
 
 if TYPE_CHECKING:
-    from pyspark import RDD, SparkContext
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-SPARK_MISSING = "install the spark extra: pip install 'vcube-ps[spark]'"
-LAYOUT = re.compile(r"date=(\d{4}-\d{2}-\d{2}|unknown)/device=([0-9a-f]{16})/(\d+)-(\d+)\.cbor")
-"""A landing file's path below LANDING_DIR."""
-REASONS = ("undecodable", "oversize", "schema_version", "invalid", "misplaced", "unreadable")
-"""Why an item is quarantined."""
-TABLES = ("devices", "topics", "windows", "fleet", "timeline", "quarantine")
-HEX_PREFIX = 64
-"""Bytes of a quarantined item kept (as hex)."""
 TARGET_TASK_BYTES = 64 << 20
 """Landing bytes per decode task (at least two tasks per core)."""
-_FLUSH = 64
-"""Histograms buffered per key before they are summed."""
-NH = len(HISTOGRAMS)
-_LATENCY, _HOLDBACK, _ACK_ROUND = HISTOGRAMS  # the order of every histogram list here
-QS = (0.5, 0.95, 0.99)
-
-
-@dataclass(frozen=True, slots=True)
-class LandingFile:
-    path: str
-    size: int
-    date: str
-    device: str
-    boot: int
-    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,23 +123,11 @@ class Options:
     report: bool = True
     progress: bool = True
     ui: bool = False
+    batch: bool = True
+    """Validate in batches (:mod:`p2p.telemetry._batch`); ``False``: one ``validate`` per item."""
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def _scheme(path: str) -> str | None:
-    match = re.match(r"([a-zA-Z][a-zA-Z0-9+.-]*)://", path)
-    return None if match is None else match.group(1).lower()
-
-
-def _is_uri(path: str) -> bool:
-    """Read through Hadoop (``binaryFiles``): any ``scheme://`` path, ``file://`` included."""
-    return _scheme(path) is not None
-
-
-def _local(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def parse_when(text: str | None) -> float | None:
@@ -153,812 +135,11 @@ def parse_when(text: str | None) -> float | None:
     return None if text is None else parse_time(text)
 
 
-def _ts(t: float | None) -> dt.datetime | None:
-    return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC)
-
-
 def _iso(t: float | None) -> str | None:
     return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC).isoformat()
 
 
-def window_start(t: float, length: float, width: float) -> float:
-    """Start of the ``width``-second window holding a record (by its window's midpoint)."""
-    return math.floor((t - length / 2) / width) * width
-
-
-def scan(data: bytes) -> Iterator[tuple[int, int, object, str | None]]:
-    """:func:`~p2p.telemetry.iter_items` with byte offsets: ``(start, end, item, error)``.
-
-    Same rules (a corrupt item ends the file, an item over ``MAX_RECORD_BYTES``
-    is an error and scanning goes on), and any decoder exception is a corrupt
-    item rather than a crash.
-    """
-    stream = io.BytesIO(data)
-    decoder = cbor2.CBORDecoder(stream)
-    size = len(data)
-    while stream.tell() < size:
-        start = stream.tell()
-        try:
-            item = decoder.decode()
-        except Exception as exc:  # iter_items: CBORDecodeError, ValueError, EOFError, ...
-            yield start, size, None, f"undecodable CBOR at byte {start}: {exc}"[:300]
-            return
-        end = stream.tell()
-        if end - start > MAX_RECORD_BYTES:
-            yield start, end, None, f"record at byte {start} exceeds {MAX_RECORD_BYTES} bytes"
-            continue
-        yield start, end, item, None
-
-
-def classify(error: str, decoded: bool) -> tuple[str, str]:
-    """``(reason, field)`` of a bad item from its error message."""
-    if not decoded:
-        return ("oversize" if "exceeds" in error else "undecodable"), ""
-    if error.startswith("v:"):
-        return "schema_version", "v"
-    if error.startswith("unknown keys"):
-        return "invalid", "unknown_keys"
-    return "invalid", error.split(":", 1)[0][:40]
-
-
-# ---------------------------------------------------------------- listing
-
-
-def list_landing(
-    landing: str, since: float | None = None
-) -> tuple[list[LandingFile], list[str], int]:
-    """Landing files under a local ``landing`` dir: ``(files, skipped, pruned)``."""
-    root = Path(_local(landing))
-    if not root.is_dir():
-        raise TelemetryError(f"landing directory {landing} does not exist")
-    files: list[LandingFile] = []
-    skipped: list[str] = []
-    pruned = 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
-        for name in sorted(filenames):
-            if name.startswith(("_", ".")) or name.endswith(".tmp"):
-                continue
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            lf = _landing_file(full, rel, os.path.getsize(full))
-            pruned += _triage(lf, rel, since, files, skipped)
-    return files, skipped, pruned
-
-
-def _landing_file(full: str, rel: str, size: int) -> LandingFile | None:
-    m = LAYOUT.fullmatch(rel)
-    if m is None:
-        return None
-    return LandingFile(full, size, m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
-
-
-def _triage(
-    lf: LandingFile | None,
-    rel: str,
-    since: float | None,
-    files: list[LandingFile],
-    skipped: list[str],
-) -> int:
-    """File a listed path: not a landing file (``skipped``), before ``--since`` (returns 1,
-    pruned), or one to read (``files``)."""
-    if lf is None:
-        skipped.append(rel)
-        return 0
-    if _pruned(lf.date, since):
-        return 1
-    files.append(lf)
-    return 0
-
-
-def _pruned(date: str, since: float | None) -> bool:
-    if since is None or date == "unknown":
-        return False
-    day = dt.datetime.fromisoformat(date).replace(tzinfo=dt.UTC).timestamp()
-    return day + 2 * 86400 <= since
-
-
-def _list_uri(
-    spark: SparkSession, landing: str, since: float | None
-) -> tuple[list[LandingFile], list[str], int]:
-    """The same listing through the Hadoop FileSystem (any URI Spark can read)."""
-    jvm: Any = spark.sparkContext._jvm
-    jsc: Any = spark.sparkContext._jsc
-    base = landing.rstrip("/")
-    path = jvm.org.apache.hadoop.fs.Path(base)
-    fs = path.getFileSystem(jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        raise TelemetryError(f"landing directory {landing} does not exist")
-    root = fs.makeQualified(path).toString().rstrip("/")
-    statuses = fs.globStatus(jvm.org.apache.hadoop.fs.Path(base + "/date=*/device=*/*")) or []
-    files: list[LandingFile] = []
-    skipped: list[str] = []
-    pruned = 0
-    for st in statuses:
-        full = st.getPath().toString()
-        rel = full[len(root) + 1 :] if full.startswith(root + "/") else full
-        name = rel.rsplit("/", 1)[-1]
-        if st.isDirectory() or name.startswith(("_", ".")) or name.endswith(".tmp"):
-            continue
-        lf = _landing_file(full, rel, int(st.getLen()))
-        pruned += _triage(lf, rel, since, files, skipped)
-    return sorted(files, key=lambda f: f.path), sorted(skipped), pruned
-
-
-def spread(files: list[LandingFile], tasks: int) -> list[list[tuple[str, list[LandingFile]]]]:
-    """Devices (with all their files) spread over ``tasks`` bins by bytes, largest first."""
-    by_device: dict[str, list[LandingFile]] = {}
-    for f in files:
-        by_device.setdefault(f.device, []).append(f)
-    bins: list[list[tuple[str, list[LandingFile]]]] = [[] for _ in range(tasks)]
-    load = [0] * tasks
-    weight = {d: sum(f.size for f in fs) + 1 for d, fs in by_device.items()}
-    for device in sorted(by_device, key=lambda d: (-weight[d], d)):
-        i = min(range(tasks), key=lambda k: (load[k], k))
-        bins[i].append((device, by_device[device]))
-        load[i] += weight[device]
-    return [b for b in bins if b]
-
-
-# ------------------------------------------------------ per-task aggregation
-
-
-def _hist_sum(acc: list[int], pending: list[list[int]]) -> list[int]:
-    return [sum(col) for col in zip(acc, *pending, strict=True)]
-
-
-class _Window:
-    """Partial aggregate of one (window, topic) in one task."""
-
-    __slots__ = ("deliveries", "devices", "held", "hists", "last", "pending", "pubs", "records")
-
-    def __init__(self) -> None:
-        self.records = self.devices = self.pubs = self.deliveries = self.held = 0
-        self.last: object = None
-        """The device (its accumulator) that last added here: counts distinct devices."""
-        self.hists = [[0] * (BUCKETS + 1) for _ in range(NH)]
-        self.pending: list[list[list[int]]] = [[] for _ in range(NH)]
-
-    def flush(self) -> None:
-        for i in range(NH):
-            if self.pending[i]:
-                self.hists[i] = _hist_sum(self.hists[i], self.pending[i])
-                self.pending[i] = []
-
-    def partial(self) -> list[Any]:
-        self.flush()
-        return [self.records, self.devices, self.pubs, self.deliveries, self.held, *self.hists]
-
-
-# fleet partial layout (per window): name -> (index, merge op)
-FLEET_FIELDS = (
-    ("devices", "sum"),
-    ("records", "sum"),
-    ("node_records", "sum"),
-    ("topic_records", "sum"),
-    ("events", "sum"),
-    ("publications", "sum"),
-    ("deliveries", "sum"),
-    ("held", "sum"),
-    ("rss_sum", "sum"),
-    ("rss_max", "max"),
-    ("cpu_s", "sum"),
-    ("node_window_s", "sum"),
-    ("packets_sent", "sum"),
-    ("packets_received", "sum"),
-    ("bytes_sent", "sum"),
-    ("bytes_received", "sum"),
-    ("suspicions", "sum"),
-    ("repairs", "sum"),
-    ("rejected", "sum"),
-    ("dropped", "sum"),
-    *((f"event_{e}", "sum") for e in EVENTS),
-    ("latency", "hist"),
-)
-_F = {name: i for i, (name, _) in enumerate(FLEET_FIELDS)}
-_FLEET_NODE = (
-    "packets_sent",
-    "packets_received",
-    "bytes_sent",
-    "bytes_received",
-    "suspicions",
-    "repairs",
-    "rejected",
-    "dropped",
-)
-
-
-_RECORDS = _F["records"]
-_FLEET_NODE_INDEX = tuple((name, _F[name]) for name in _FLEET_NODE)
-
-
-def _new_fleet() -> list[Any]:
-    return [[0] * (BUCKETS + 1) if op == "hist" else 0 for _, op in FLEET_FIELDS]
-
-
-@dataclass(slots=True)
-class _Device:
-    device: str
-    records: int = 0
-    node_records: int = 0
-    topic_records: int = 0
-    events: int = 0
-    boots: set[int] = field(default_factory=set)
-    first: float = math.inf
-    last: float = -math.inf
-    rss_sum: int = 0
-    rss_max: int = 0
-    cpu_s: float = 0.0
-    window_s: float = 0.0
-    connections: int = 0
-    counters: Counter[str] = field(default_factory=Counter)
-    publications: int = 0
-    deliveries: int = 0
-    held: int = 0
-    crashes: int = 0
-    starts: int = 0
-    duplicates: int = 0
-    quarantined: int = 0
-
-
-DEVICE_COUNTERS = tuple(c for c in NODE_COUNTERS if c not in ("rss_bytes", "connections"))
-"""The node counters summed per device (RSS and connections are gauges: mean and max)."""
-
-
-class _Run:
-    """Per-device state while one device's records are folded in."""
-
-    __slots__ = ("acc", "fleet", "fleet_keys", "topics", "ws")
-
-    def __init__(self, acc: _Device) -> None:
-        self.acc = acc
-        self.ws: float | None = None
-        self.fleet: list[Any] = []
-        self.fleet_keys: set[float] = set()
-        self.topics: dict[str, list[float]] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class _TaskConfig:
-    since: float | None
-    until: float | None
-    width: float
-
-
-class _Task:
-    """Everything one decode task produces from its devices."""
-
-    def __init__(self, cfg: _TaskConfig) -> None:
-        self.cfg = cfg
-        self.stats: Counter[str] = Counter()
-        self.t_first = math.inf
-        self.t_last = -math.inf
-        self.windows: dict[tuple[float, str], _Window] = {}
-        self.fleet: dict[float, list[Any]] = {}
-        self.topic_devices: Counter[str] = Counter()
-        self.topic_span: dict[str, list[float]] = {}
-        self.devices: list[tuple[Any, ...]] = []
-        self.events: list[tuple[Any, ...]] = []
-        self.quarantine: list[tuple[Any, ...]] = []
-        self._run = _Run(_Device(""))
-
-    def _fleet(self, ws: float) -> list[Any]:
-        part = self.fleet.get(ws)
-        if part is None:
-            part = self.fleet[ws] = _new_fleet()
-        return part
-
-    def _bad(
-        self, lf: LandingFile, offset: int | None, reason: str, fld: str, error: str, raw: bytes
-    ) -> None:
-        self.stats[f"reason_{reason}"] += 1
-        if reason == "invalid":
-            self.stats[f"field_{fld}"] += 1
-        self.quarantine.append(
-            (lf.path, offset, reason, fld, error[:300], raw[:HEX_PREFIX].hex(), lf.device, lf.date)
-        )
-
-    def device(self, device: str, files: Iterable[tuple[LandingFile, bytes | None]]) -> int:
-        """Decode, validate, dedupe and aggregate one device's files; returns items read."""
-        cfg, stats = self.cfg, self.stats
-        since, until = cfg.since, cfg.until
-        acc = _Device(device)
-        seen: dict[tuple[int, int], int] = {}
-        items = valid = duplicates = conflicting = outside = 0
-        self._run = _Run(acc)
-        ordered = sorted(files, key=lambda p: (p[0].date, p[0].boot, p[0].seq, p[0].path))
-        for lf, blob in ordered:
-            stats["files"] += 1
-            if blob is None:
-                try:
-                    with open(_local(lf.path), "rb") as fh:
-                        blob = fh.read()
-                except OSError as exc:
-                    stats["files_unreadable"] += 1
-                    items += 1
-                    acc.quarantined += 1
-                    self._bad(lf, None, "unreadable", "", f"{type(exc).__name__}: {exc}", b"")
-                    continue
-            stats["bytes"] += len(blob)
-            for start, end, item, error in scan(blob):
-                items += 1
-                if error is not None:
-                    reason, fld = classify(error, False)
-                    acc.quarantined += 1
-                    self._bad(lf, start, reason, fld, error, blob[start:end])
-                    continue
-                try:
-                    rec = validate(item)
-                except Exception as exc:  # TelemetryError, or anything odd in the item
-                    reason, fld = classify(str(exc), True)
-                    acc.quarantined += 1
-                    self._bad(lf, start, reason, fld, str(exc), blob[start:end])
-                    continue
-                if rec["device"] != device:
-                    acc.quarantined += 1
-                    self._bad(
-                        lf,
-                        start,
-                        "misplaced",
-                        "device",
-                        f"record of device {rec['device']} under device={device}",
-                        blob[start:end],
-                    )
-                    continue
-                valid += 1
-                key = (rec["boot"], rec["seq"])
-                digest = hash(blob[start:end])
-                previous = seen.get(key)
-                if previous is not None:
-                    duplicates += 1
-                    conflicting += previous != digest
-                    continue
-                seen[key] = digest
-                t = rec["t"]
-                if (since is not None and t < since) or (until is not None and t >= until):
-                    outside += 1
-                    continue
-                self._add(rec, t)
-        run = self._run
-        for ws in run.fleet_keys:
-            self.fleet[ws][_F["devices"]] += 1
-        for topic, (first, last) in run.topics.items():
-            self.topic_devices[topic] += 1
-            span = self.topic_span.get(topic)
-            if span is None:
-                self.topic_span[topic] = [first, last]
-            else:
-                span[0] = min(span[0], first)
-                span[1] = max(span[1], last)
-        acc.duplicates = duplicates
-        stats["items"] += items
-        stats["valid"] += valid
-        stats["duplicates"] += duplicates
-        stats["duplicates_conflicting"] += conflicting
-        stats["outside_range"] += outside
-        stats["aggregated"] += acc.records
-        stats["kind_node"] += acc.node_records
-        stats["kind_topic"] += acc.topic_records
-        stats["kind_event"] += acc.events
-        if acc.records or acc.quarantined:
-            self.devices.append(_device_row(acc))
-        return items
-
-    def _add(self, rec: dict[str, Any], t: float) -> None:
-        """Fold one kept record into the device, its window and its (window, topic)."""
-        run = self._run
-        acc = run.acc
-        length, kind = rec["window"], rec["kind"]
-        acc.records += 1
-        acc.boots.add(rec["boot"])
-        begin = t - length
-        if begin < acc.first:
-            acc.first = begin
-        if t > acc.last:
-            acc.last = t
-        ws = math.floor((t - length / 2) / self.cfg.width) * self.cfg.width
-        if ws == run.ws:
-            fleet = run.fleet
-        else:
-            fleet = run.fleet = self._fleet(ws)
-            run.ws = ws
-            run.fleet_keys.add(ws)
-        fleet[_RECORDS] += 1
-        if kind == "topic":
-            if begin < self.t_first:
-                self.t_first = begin
-            if t > self.t_last:
-                self.t_last = t
-            acc.topic_records += 1
-            pubs, deliveries, held = rec["publications"], rec["deliveries"], rec["held"]
-            acc.publications += pubs
-            acc.deliveries += deliveries
-            acc.held += held
-            topic = rec["topic"]
-            key = (ws, topic)
-            part = self.windows.get(key)
-            if part is None:
-                part = self.windows[key] = _Window()
-            if part.last is not acc:
-                part.last = acc
-                part.devices += 1
-            part.records += 1
-            part.pubs += pubs
-            part.deliveries += deliveries
-            part.held += held
-            pending = part.pending
-            pending[0].append(rec[_LATENCY])
-            pending[1].append(rec[_HOLDBACK])
-            pending[2].append(rec[_ACK_ROUND])
-            if len(pending[0]) >= _FLUSH:
-                part.flush()
-            span = run.topics.get(topic)
-            if span is None:
-                run.topics[topic] = [begin, t]
-            else:
-                if begin < span[0]:
-                    span[0] = begin
-                if t > span[1]:
-                    span[1] = t
-        elif kind == "node":
-            if begin < self.t_first:
-                self.t_first = begin
-            if t > self.t_last:
-                self.t_last = t
-            acc.node_records += 1
-            rss = rec["rss_bytes"]
-            cpu = rec["cpu_s"]
-            acc.rss_sum += rss
-            if rss > acc.rss_max:
-                acc.rss_max = rss
-            acc.cpu_s += cpu
-            acc.window_s += length
-            acc.connections += rec["connections"]
-            counters = acc.counters
-            for name in DEVICE_COUNTERS:
-                counters[name] += rec[name]
-            fleet[_F["node_records"]] += 1
-            fleet[_F["rss_sum"]] += rss
-            if rss > fleet[_F["rss_max"]]:
-                fleet[_F["rss_max"]] = rss
-            fleet[_F["cpu_s"]] += cpu
-            fleet[_F["node_window_s"]] += length
-            for name, index in _FLEET_NODE_INDEX:
-                fleet[index] += rec[name]
-        else:
-            event = rec["event"]
-            acc.events += 1
-            acc.crashes += event == "crash"
-            acc.starts += event == "start"
-            fleet[_F["events"]] += 1
-            fleet[_F[f"event_{event}"]] += 1
-            self.events.append(
-                (
-                    _ts(t),
-                    float(t),
-                    rec["device"],
-                    rec["boot"],
-                    rec["seq"],
-                    event,
-                    rec.get("peer"),
-                    rec.get("detail"),
-                    rec["id"],
-                )
-            )
-
-    def output(self) -> Iterator[tuple[Any, ...]]:
-        """Tagged rows: ``s`` stats, ``d`` device, ``w`` (window, topic) partial, ``t`` topic
-        partial, ``f`` window partial, ``e`` event, ``q`` quarantine."""
-        stats: dict[str, Any] = dict(self.stats)
-        stats["t_first"] = self.t_first
-        stats["t_last"] = self.t_last
-        yield ("s", stats)
-        for row in self.devices:
-            yield ("d", row)
-        topics: dict[str, list[Any]] = {}
-        for (ws, topic), part in self.windows.items():
-            values = part.partial()
-            yield ("w", (ws, topic), values)
-            fleet = self._fleet(ws)
-            fleet[_F["topic_records"]] += part.records
-            fleet[_F["publications"]] += part.pubs
-            fleet[_F["deliveries"]] += part.deliveries
-            fleet[_F["held"]] += part.held
-            latency = zip(fleet[_F["latency"]], part.hists[0], strict=True)
-            fleet[_F["latency"]] = [a + b for a, b in latency]
-            tp = topics.get(topic)
-            if tp is None:
-                topics[topic] = [values[0], self.topic_devices[topic], *values[2:]]
-            else:
-                topics[topic] = _merge_counts(tp, [values[0], 0, *values[2:]])
-        for topic, tp in topics.items():
-            yield ("t", topic, [*tp, *self.topic_span[topic]])
-        for ws, fleet in self.fleet.items():
-            yield ("f", ws, fleet)
-        for row in self.events:
-            yield ("e", row)
-        for row in self.quarantine:
-            yield ("q", row)
-
-
-def _device_row(a: _Device) -> tuple[Any, ...]:
-    n = a.node_records
-    c = a.counters
-    return (
-        a.device,
-        a.records,
-        a.node_records,
-        a.topic_records,
-        a.events,
-        len(a.boots),
-        _ts(a.first) if a.records else None,
-        _ts(a.last) if a.records else None,
-        a.rss_sum / n if n else None,
-        a.rss_max if n else None,
-        a.cpu_s,
-        100 * a.cpu_s / a.window_s if a.window_s else None,
-        a.connections / n if n else None,
-        *(c[name] for name in DEVICE_COUNTERS),
-        a.publications,
-        a.deliveries,
-        a.held,
-        a.crashes,
-        a.starts,
-        a.duplicates,
-        a.quarantined,
-    )
-
-
-def _merge_counts(a: list[Any], b: list[Any]) -> list[Any]:
-    """Element-wise sum of ints and histograms (lists)."""
-    return [
-        [p + q for p, q in zip(x, y, strict=True)] if isinstance(x, list) else x + y
-        for x, y in zip(a, b, strict=True)
-    ]
-
-
-def _merge_topic(a: list[Any], b: list[Any]) -> list[Any]:
-    return [*_merge_counts(a[:-2], b[:-2]), min(a[-2], b[-2]), max(a[-1], b[-1])]
-
-
-def _merge_fleet(a: list[Any], b: list[Any]) -> list[Any]:
-    out = []
-    for (_, op), x, y in zip(FLEET_FIELDS, a, b, strict=True):
-        if op == "hist":
-            out.append([p + q for p, q in zip(x, y, strict=True)])
-        elif op == "max":
-            out.append(max(x, y))
-        else:
-            out.append(x + y)
-    return out
-
-
-def _run_task(cfg: _TaskConfig, counter: Any, groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-    """mapPartitions body: ``groups`` of ``(device, files)``, ``files`` with or without bytes."""
-    task = _Task(cfg)
-    for device, files in groups:
-        pairs = [(f, None) if isinstance(f, LandingFile) else f for f in files]
-        counter.add(task.device(device, pairs))
-    yield from task.output()
-
-
-# ---------------------------------------------------------------- finalizing
-
-
-def _pcts(hist: list[int]) -> list[float | None]:
-    return [percentile(hist, q) for q in QS]
-
-
-def _all_pcts(hists: list[list[int]]) -> list[float | None]:
-    return [p for h in hists for p in _pcts(h)]
-
-
-def _rate(count: int, seconds: float) -> float | None:
-    return count / seconds if seconds > 0 else None
-
-
-def _covered(ws: float, width: float, span: tuple[float, float]) -> float:
-    covered = min(ws + width, span[1]) - max(ws, span[0])
-    return covered if covered > 0 else width
-
-
-def _window_row(
-    width: float, span: tuple[float, float], kv: tuple[tuple[float, str], list[Any]]
-) -> tuple[Any, ...]:
-    (ws, topic), v = kv
-    return (
-        _ts(ws),
-        _ts(ws + width),
-        topic,
-        *_traffic(v, _covered(ws, width, span)),
-        *v[5 : 5 + NH],
-    )
-
-
-def _topic_row(span: tuple[float, float], kv: tuple[str, list[Any]]) -> tuple[Any, ...]:
-    topic, v = kv
-    return (topic, *_traffic(v, span[1] - span[0]), _ts(v[-2]), _ts(v[-1]), *v[5 : 5 + NH])
-
-
-def _traffic(v: list[Any], secs: float) -> tuple[Any, ...]:
-    """The columns a topic row and a window row share: counts, rates over ``secs``, percentiles.
-
-    ``v`` is a merged partial: records, devices, publications, deliveries,
-    held, then the histograms.
-    """
-    records, devices, pubs, deliveries, held = v[:5]
-    rates = (_rate(pubs, secs), _rate(deliveries, secs))
-    return (records, devices, pubs, deliveries, held, *rates, *_all_pcts(v[5 : 5 + NH]))
-
-
-def _fleet_row(
-    width: float, span: tuple[float, float], kv: tuple[float, list[Any]]
-) -> tuple[Any, ...]:
-    ws, v = kv
-    f = dict(zip((name for name, _ in FLEET_FIELDS), v, strict=True))
-    secs = _covered(ws, width, span)
-    nodes = f["node_records"]
-    return (
-        _ts(ws),
-        _ts(ws + width),
-        f["devices"],
-        f["records"],
-        nodes,
-        f["topic_records"],
-        f["events"],
-        f["publications"],
-        f["deliveries"],
-        f["held"],
-        _rate(f["publications"], secs),
-        _rate(f["deliveries"], secs),
-        *_pcts(f["latency"]),
-        f["rss_sum"] / nodes if nodes else None,
-        f["rss_max"] if nodes else None,
-        100 * f["cpu_s"] / f["node_window_s"] if f["node_window_s"] else None,
-        *(f[name] for name in _FLEET_NODE),
-        *(f[f"event_{e}"] for e in EVENTS),
-        f["latency"],
-    )
-
-
-# ------------------------------------------------------------------- schemas
-
-
-def _schemas() -> dict[str, StructType]:
-    from pyspark.sql.types import (
-        ArrayType,
-        DoubleType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    def cols(spec: str) -> list[StructField]:
-        kinds = {
-            "s": StringType(),
-            "l": LongType(),
-            "d": DoubleType(),
-            "t": TimestampType(),
-            "h": ArrayType(LongType(), containsNull=False),
-        }
-        out = []
-        for item in spec.split():
-            name, kind = item.rsplit(":", 1)
-            out.append(StructField(name, kinds[kind], nullable=True))
-        return out
-
-    pct = " ".join(f"{h}_p{round(q * 100)}_ms:d" for h in HISTOGRAMS for q in QS)
-    hists = " ".join(f"{h}_hist:h" for h in HISTOGRAMS)
-    counters = " ".join(f"{c}:l" for c in DEVICE_COUNTERS)
-    node = " ".join(f"{c}:l" for c in _FLEET_NODE)
-    events = " ".join(f"event_{e}:l" for e in EVENTS)
-    return {
-        "devices": StructType(
-            cols(
-                "device:s records:l node_records:l topic_records:l events:l boots:l "
-                "first_seen:t last_seen:t rss_mean_bytes:d rss_max_bytes:l cpu_s:d cpu_pct:d "
-                f"connections_mean:d {counters} publications:l deliveries:l held:l "
-                "crashes:l starts:l duplicates:l quarantined:l"
-            )
-        ),
-        "topics": StructType(
-            cols(
-                "topic:s records:l devices:l publications:l deliveries:l held:l "
-                f"pub_rate_per_s:d delivery_rate_per_s:d {pct} first_seen:t last_seen:t {hists}"
-            )
-        ),
-        "windows": StructType(
-            cols(
-                "window_start:t window_end:t topic:s records:l devices:l publications:l "
-                f"deliveries:l held:l pub_rate_per_s:d delivery_rate_per_s:d {pct} {hists}"
-            )
-        ),
-        "fleet": StructType(
-            cols(
-                "window_start:t window_end:t devices:l records:l node_records:l "
-                "topic_records:l events:l publications:l deliveries:l held:l pub_rate_per_s:d "
-                "delivery_rate_per_s:d latency_p50_ms:d latency_p95_ms:d latency_p99_ms:d "
-                f"rss_mean_bytes:d rss_max_bytes:l cpu_pct:d {node} {events} latency_hist:h"
-            )
-        ),
-        "timeline": StructType(
-            cols("t:t t_unix:d device:s boot:l seq:l event:s peer:s detail:s id:s")
-        ),
-        "quarantine": StructType(
-            cols("file:s offset:l reason:s field:s error:s raw_hex:s device:s date:s")
-        ),
-    }
-
-
 # ------------------------------------------------------------------ spark
-
-
-def _pyspark() -> Any:
-    try:
-        import pyspark
-    except ImportError:
-        raise TelemetryError(SPARK_MISSING) from None
-    return pyspark
-
-
-def spark_session(
-    master: str = "local[*]",
-    *,
-    driver_memory: str = "2g",
-    ui: bool = False,
-    shuffle_partitions: int | None = None,
-    extra: dict[str, str] | None = None,
-) -> SparkSession:
-    """A SparkSession for the job (workers run this interpreter on a local master)."""
-    _pyspark()
-    from pyspark.sql import SparkSession
-
-    if master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    cores = os.cpu_count() or 2
-    builder: Any = SparkSession.builder.master(master).appName("p2p-telemetry")
-    conf = {
-        "spark.ui.enabled": "true" if ui else "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": driver_memory,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions or max(4, 2 * cores)),
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.python.worker.reuse": "true",
-        **(extra or {}),
-    }
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    try:
-        spark: SparkSession = builder.getOrCreate()
-    except Exception as exc:
-        raise TelemetryError(
-            f"could not start Spark (master {master}; is Java 17+ installed and JAVA_HOME "
-            f"set?): {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
-        ) from exc
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
-
-
-def _ship_package(sc: SparkContext) -> None:
-    """On a cluster, send ``p2p.telemetry`` (and the tiny ``p2p`` root) to the executors.
-
-    Executors then need Python with ``cbor2`` only; on a local master the
-    workers import the installed package.
-    """
-    import tempfile
-    import zipfile
-
-    root = Path(__file__).resolve().parents[2]
-    target = Path(tempfile.mkdtemp(prefix="p2p-telemetry-")) / "p2p_telemetry.zip"
-    with zipfile.ZipFile(target, "w") as zf:
-        for rel in ("p2p/__init__.py", "p2p/_errors.py"):
-            zf.write(root / rel, rel)
-        for py in sorted((root / "p2p" / "telemetry").glob("*.py")):
-            zf.write(py, f"p2p/telemetry/{py.name}")
-    sc.addPyFile(str(target))
 
 
 class _Progress:
@@ -1009,15 +190,6 @@ class _Progress:
 # --------------------------------------------------------------------- run
 
 
-def _counted(counter: Any, row: tuple[Any, ...]) -> tuple[Any, ...]:
-    counter.add(1)
-    return row
-
-
-def _table(spark: SparkSession, rdd: RDD[Any], schema: StructType) -> DataFrame:
-    return spark.createDataFrame(rdd, schema, verifySchema=False)
-
-
 def run(
     opts: Options,
     spark: SparkSession | None = None,
@@ -1026,29 +198,20 @@ def run(
     """Run the job; returns the summary (also written to ``OUT_DIR/summary.json``).
 
     ``spark``: an existing session to use (tests); otherwise one is started
-    on ``opts.master`` and stopped at the end.
+    on ``opts.master`` and stopped at the end.  Paths are made absolute
+    first (executors do not share the driver's working directory).  A run
+    that reads no item, or keeps none, writes its tables and summary and
+    then raises :class:`TelemetryError` with the first reasons.
     """
 
     def quiet(_: str) -> None:
         pass
 
     emit = say or (_stderr if opts.progress else quiet)
-    if not opts.window > 0:
-        raise TelemetryError("--window must be positive")
-    if opts.since is not None and opts.until is not None and opts.since >= opts.until:
-        raise TelemetryError("--since must be before --until")
-    uri = _is_uri(opts.landing)
-    if not uri:
-        landing_path = Path(_local(opts.landing))
-        if not landing_path.is_dir():
-            raise TelemetryError(f"landing directory {opts.landing} does not exist")
-        if _scheme(opts.out) in (None, "file"):
-            out_res = Path(_local(opts.out)).resolve()
-            land_res = landing_path.resolve()
-            if out_res == land_res or land_res in out_res.parents or out_res in land_res.parents:
-                raise TelemetryError("OUT_DIR and LANDING_DIR must not contain each other")
+    opts = replace(opts, landing=absolute(opts.landing), out=absolute(opts.out))
+    _check_options(opts)
     if spark is None:
-        _pyspark()  # the clear error before any work
+        require_pyspark()  # the clear error before any work
     started = time.perf_counter()
     timings: dict[str, float] = {}
     own = spark is None
@@ -1057,55 +220,50 @@ def run(
         spark = spark_session(opts.master, driver_memory=opts.driver_memory, ui=opts.ui)
         timings["start_spark"] = round(time.perf_counter() - started, 3)
     try:
-        return _run(spark, opts, emit, started, timings, uri)
+        summary = _run(spark, opts, emit, started, timings)
     finally:
         if own:
             spark.stop()
+    _fail_if_nothing_kept(summary)
+    return summary
 
 
-def _run(
-    spark: SparkSession,
-    opts: Options,
-    emit: Callable[[str], None],
-    started: float,
-    timings: dict[str, float],
-    uri: bool,
-) -> dict[str, Any]:
-    from pyspark import StorageLevel
+def _check_options(opts: Options) -> None:
+    if not opts.window > 0:
+        raise TelemetryError("--window must be positive")
+    if opts.since is not None and opts.until is not None and opts.since >= opts.until:
+        raise TelemetryError("--since must be before --until")
+    if is_uri(opts.landing) and not opts.landing.startswith("file://"):
+        return
+    landing_path = Path(local_path(opts.landing))
+    if not landing_path.is_dir():
+        raise TelemetryError(f"landing directory {opts.landing} does not exist")
+    if scheme(opts.out) in (None, "file"):
+        out_res = Path(local_path(opts.out)).resolve()
+        land_res = landing_path.resolve()
+        if out_res == land_res or land_res in out_res.parents or out_res in land_res.parents:
+            raise TelemetryError("OUT_DIR and LANDING_DIR must not contain each other")
 
+
+def _fail_if_nothing_kept(summary: dict[str, Any]) -> None:
+    """A run that read nothing, or quarantined everything, must not look like a success."""
+    items, valid = summary["records_read"], summary["valid"]
+    if items and valid:
+        return
+    first = "; ".join(summary["first_failures"]) or "no items in the files"
+    what = "no record was read" if not items else f"all {items:,} items were quarantined"
+    raise TelemetryError(f"{what} from {summary['files']:,} files under {summary['landing']}: "
+                         f"{first}")  # fmt: skip
+
+
+def _decode(
+    spark: SparkSession, opts: Options, files: list[LandingFile], tasks: int, counter: Any
+) -> list[tuple[Any, ...]]:
+    """Runs the decode tasks (one Spark job) and returns their tagged outputs."""
     sc = spark.sparkContext
-    master = sc.master or opts.master
-    if not master.startswith("local"):
-        _ship_package(sc)
-
-    t = time.perf_counter()
-    emit(f"[1/5] listing files in {opts.landing}...")
-    if uri:
-        files, skipped, pruned = _list_uri(spark, opts.landing, opts.since)
-    else:
-        files, skipped, pruned = list_landing(opts.landing, opts.since)
-    if not files:
-        raise TelemetryError(
-            f"no landing files under {opts.landing} (expected "
-            "date=YYYY-MM-DD/device=<16 hex>/<boot>-<first seq>.cbor)"
-        )
-    total_bytes = sum(f.size for f in files)
-    devices = len({f.device for f in files})
-    parallelism = sc.defaultParallelism
-    tasks = opts.partitions or max(2 * parallelism, math.ceil(total_bytes / TARGET_TASK_BYTES))
-    tasks = max(1, min(tasks, devices))
-    timings["list"] = round(time.perf_counter() - t, 3)
-    emit(
-        f"      {len(files)} files, {total_bytes / 1e6:,.1f} MB, {devices} devices, "
-        f"{len(skipped)} skipped, {pruned} pruned by --since ({timings['list']:.1f} s)"
-    )
-
-    t = time.perf_counter()
-    emit(f"[2/5] decoding and validating on {tasks} tasks...")
-    cfg = _TaskConfig(opts.since, opts.until, opts.window)
-    counter = sc.accumulator(0)
+    cfg = _TaskConfig(opts.since, opts.until, opts.window, opts.batch)
     body = partial(_run_task, cfg, counter)
-    if uri:
+    if is_uri(opts.landing):
         wanted = sc.broadcast({f.path: f for f in files})
         pairs = (
             sc.binaryFiles(opts.landing.rstrip("/") + "/date=*/device=*/*")
@@ -1119,17 +277,48 @@ def _run(
         tagged = sc.parallelize(bins, len(bins)).mapPartitions(
             lambda it: body(g for b in it for g in b)
         )
-    tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
     sc.setJobDescription("decode and validate landing files")
+    return tagged.collect()
+
+
+def _run(
+    spark: SparkSession,
+    opts: Options,
+    emit: Callable[[str], None],
+    started: float,
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    sc = spark.sparkContext
+    master = sc.master or opts.master
+
+    t = time.perf_counter()
+    emit(f"[1/5] listing files in {opts.landing}...")
+    if is_uri(opts.landing):
+        files, skipped, pruned = _list_uri(spark, opts.landing, opts.since)
+    else:
+        files, skipped, pruned = list_landing(opts.landing, opts.since)
+    if not files:
+        raise TelemetryError(
+            f"no landing files under {opts.landing} (expected "
+            "date=YYYY-MM-DD/device=<16 hex>/<boot>-<first seq>.cbor)"
+        )
+    total_bytes = sum(f.size for f in files)
+    devices = len({f.device for f in files})
+    tasks = max(1, min(opts.partitions or _tasks(total_bytes, sc.defaultParallelism), devices))
+    timings["list"] = round(time.perf_counter() - t, 3)
+    emit(
+        f"      {len(files)} files, {total_bytes / 1e6:,.1f} MB, {devices} devices, "
+        f"{len(skipped)} skipped, {pruned} pruned by --since ({timings['list']:.1f} s)"
+    )
+
+    t = time.perf_counter()
+    emit(f"[2/5] decoding and validating on {tasks} tasks...")
+    counter = sc.accumulator(0)
     watch = _Progress(sc, "decode", counter, emit) if opts.progress else contextlib.nullcontext()
     with watch:
-        parts = tagged.filter(lambda r: r[0] == "s").map(lambda r: r[1]).collect()
-    stats: Counter[str] = Counter()
-    t_first, t_last = math.inf, -math.inf
-    for part in parts:
-        t_first = min(t_first, part.pop("t_first"))
-        t_last = max(t_last, part.pop("t_last"))
-        stats.update(part)
+        parts = _decode(spark, opts, files, tasks, counter)
+    merged = merge_outputs(parts)
+    stats = merged.stats
     timings["decode"] = round(time.perf_counter() - t, 3)
     emit(
         f"      {stats['items']:,} items: {stats['valid']:,} valid, "
@@ -1140,72 +329,15 @@ def _run(
 
     t = time.perf_counter()
     emit("[3/5] aggregating and writing tables...")
-    span = (t_first, t_last) if t_first < t_last else (0.0, 0.0)
-    width = opts.window
+    tables = merged.tables(opts.window)
     schemas = _schemas()
-    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-
-    def of(tag: str) -> RDD[Any]:
-        return tagged.filter(lambda r: r[0] == tag)
-
-    windows = (
-        of("w")
-        .map(lambda r: (r[1], r[2]))
-        .reduceByKey(_merge_counts, shuffle)
-        .map(partial(_window_row, width, span))
-    )
-    topics = (
-        of("t")
-        .map(lambda r: (r[1], r[2]))
-        .reduceByKey(_merge_topic, shuffle)
-        .map(partial(_topic_row, span))
-        .sortBy(lambda row: (-row[3], -row[4], row[0]), numPartitions=1)
-        .zipWithIndex()
-        .map(lambda ri: (ri[0][0], ri[1] + 1, *ri[0][1:]))
-    )
-    fleet = (
-        of("f")
-        .map(lambda r: (r[1], r[2]))
-        .reduceByKey(_merge_fleet, shuffle)
-        .map(partial(_fleet_row, width, span))
-    )
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    topic_schema = StructType(
-        [
-            schemas["topics"].fields[0],
-            StructField("hot_rank", LongType()),
-            *schemas["topics"].fields[1:],
-        ]
-    )
-    # Rows written are counted by accumulators in the last step before each write
-    # (no job is run twice; a retried task may count twice on a flaky cluster).
-    counts = {name: sc.accumulator(0) for name in TABLES}
-    sources: dict[str, tuple[RDD[Any], StructType, list[str]]] = {
-        "devices": (of("d").map(lambda r: r[1]), schemas["devices"], ["device"]),
-        "topics": (topics, topic_schema, ["hot_rank"]),
-        "windows": (windows, schemas["windows"], ["window_start", "topic"]),
-        "fleet": (fleet, schemas["fleet"], ["window_start"]),
-        "timeline": (
-            of("e").map(lambda r: r[1]),
-            schemas["timeline"],
-            ["t_unix", "device", "boot", "seq"],
-        ),
-        "quarantine": (of("q").map(lambda r: r[1]), schemas["quarantine"], ["file", "offset"]),
-    }
-    frames = {
-        name: (_table(spark, rdd.map(partial(_counted, counts[name])), schema), order)
-        for name, (rdd, schema, order) in sources.items()
-    }
-    out = opts.out.rstrip("/")
-    rows: dict[str, int] = {}
-    for name, (frame, order) in frames.items():
+    for name in TABLES:
         sc.setJobDescription(f"write {name}")
-        frame.repartition(1).sortWithinPartitions(*order).write.mode("overwrite").parquet(
-            f"{out}/{name}"
-        )
-        rows[name] = int(counts[name].value)
-    tagged.unpersist()
+        # Local rows are converted on the driver and unpickled by the JVM (no Python
+        # worker); coalesce(1) keeps their order in one file without a shuffle.
+        frame = spark.createDataFrame(tables[name], schemas[name], verifySchema=False)
+        frame.coalesce(1).write.mode("overwrite").parquet(f"{opts.out.rstrip('/')}/{name}")
+    rows = {name: len(tables[name]) for name in TABLES}
     timings["aggregate_write"] = round(time.perf_counter() - t, 3)
     emit(
         "      "
@@ -1213,22 +345,21 @@ def _run(
         + f" ({timings['aggregate_write']:.1f} s)"
     )
 
-    summary = _summary(opts, stats, files, skipped, pruned, total_bytes, tasks, span, rows)
+    summary = _summary(opts, stats, files, skipped, pruned, total_bytes, tasks, merged.span, rows)
+    summary["first_failures"] = first_failures(tables["quarantine"])
     summary["spark"] = {"master": master, "version": spark.version, "tasks": tasks}
     summary["timings_s"] = timings
     if opts.report:
         t = time.perf_counter()
         emit("[4/5] writing report.html...")
-        from p2p.telemetry._report import write_report
-
         timings["report"] = 0.0
-        write_report(spark, opts.out, summary)
+        write_report(opts.out, summary, named_rows(tables, schemas))
         timings["report"] = round(time.perf_counter() - t, 3)
     else:
         emit("[4/5] report skipped (--no-report)")
     timings["total"] = round(time.perf_counter() - started, 3)
     summary["records_per_s"] = round(stats["items"] / max(timings["total"], 1e-9), 1)
-    _write_text(opts.out, "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(opts.out, "summary.json", json.dumps(summary, indent=2) + "\n")
     emit(
         f"[5/5] done in {timings['total']:.1f} s: {stats['items']:,} items, "
         f"{summary['records_per_s']:,.0f} items/s; tables, summary.json"
@@ -1237,15 +368,30 @@ def _run(
     return summary
 
 
-def _write_text(out: str, name: str, text: str) -> None:
-    """A driver-side file in OUT_DIR (a local or shared path)."""
-    if _scheme(out) not in (None, "file"):
-        raise TelemetryError(f"cannot write {name} to {out}: OUT_DIR must be a local/shared path")
-    path = Path(_local(out))
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / f".{name}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path / name)
+def _tasks(total_bytes: int, cores: int) -> int:
+    """Decode tasks: about ``TARGET_TASK_BYTES`` each, at least two per core, and a multiple
+    of the cores, so that the last wave of tasks keeps every core busy."""
+    waves = max(2, math.ceil(total_bytes / TARGET_TASK_BYTES / cores))
+    return waves * cores
+
+
+def first_failures(quarantine: list[tuple[Any, ...]], count: int = 3) -> list[str]:
+    """``file@offset reason: error`` of the first quarantined items (in table order)."""
+    out = []
+    for file, offset, reason, _fld, error, *_ in quarantine[:count]:
+        where = file if offset is None else f"{file}@{offset}"
+        out.append(f"{where} {reason}: {error}"[:300])
+    return out
+
+
+def named_rows(
+    tables: dict[str, list[tuple[Any, ...]]], schemas: dict[str, StructType]
+) -> dict[str, list[dict[str, Any]]]:
+    """The tables' rows as dicts keyed by column name (what the report reads)."""
+    return {
+        name: [dict(zip(schemas[name].names, row, strict=True)) for row in rows]
+        for name, rows in tables.items()
+    }
 
 
 def _summary(
