@@ -112,6 +112,22 @@ def test_status_interrupted_exits_130_without_traceback(watcher: Watcher) -> Non
     assert "Traceback" not in log.read_text()
 
 
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_telemetry_collector_ends_on_signals(watcher: Watcher, signum: int, code: int) -> None:
+    log = watcher.root / f"collect-{signum}.log"
+    landing = watcher.root / f"landing-{signum}"
+    proc = start(
+        ["telemetry", "collect", "--identity", str(watcher.root / "status"), str(landing)], log
+    )
+    try:
+        wait_for("the collector", in_log(log, "collecting on"), log=log)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == code, log.read_text()
+    finally:
+        stop(proc)
+    assert "Traceback" not in log.read_text()
+
+
 EXAMPLE = [sys.executable, "-m"]
 
 

@@ -19,7 +19,6 @@ import json
 import sys
 from collections.abc import Sequence
 
-from p2p._errors import P2PError
 from p2p.telemetry._schema import TelemetryError
 
 
@@ -95,6 +94,7 @@ def _collect(args: argparse.Namespace) -> int:
     import trio
 
     from p2p._identity import load_node
+    from p2p._shutdown import graceful
     from p2p.telemetry._collector import run_collector
 
     if not 0 <= args.port < 65536:
@@ -102,9 +102,9 @@ def _collect(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     identity, fleet = load_node(args.identity)
 
-    async def serve() -> None:
-        with trio.move_on_after(args.duration if args.duration else float("inf")):
-            async with trio.open_nursery() as nursery:
+    async def serve() -> int:
+        async with graceful(args.duration or None) as stop, trio.open_nursery() as nursery:
+            with stop.scope:  # a signal or the end of --duration: stop serving, no traceback
                 collector = await nursery.start(
                     lambda task_status: run_collector(
                         identity, fleet, args.landing, interface=args.interface,
@@ -113,9 +113,11 @@ def _collect(args: argparse.Namespace) -> int:
                 )  # fmt: skip
                 print(f"collecting on {args.interface}:{collector.port} into {args.landing}",
                       file=sys.stderr, flush=True)  # fmt: skip
+                await trio.sleep_forever()
+            nursery.cancel_scope.cancel()
+        return stop.exit_code
 
-    trio.run(serve)
-    return 0
+    return trio.run(serve)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -170,14 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(argv)
-    try:
-        return cmd_telemetry(args)
-    except P2PError as exc:
-        print(f"p2p: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("p2p: interrupted", file=sys.stderr)
-        return 130
+    from p2p._shutdown import run_cli
+
+    return run_cli(lambda: cmd_telemetry(args))
 
 
 if __name__ == "__main__":
