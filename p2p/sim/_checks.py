@@ -29,6 +29,12 @@ Safety (checked on every prefix of a run):
     per topic, if ``m1`` happened before ``m2`` (the publisher of ``m2``
     published or delivered ``m1``, or something ``m1`` happened before, earlier
     than ``m2``) no node delivers ``m2`` and later ``m1``;
+``inert``
+    a crashed node does nothing until it recovers: no delivery, publication
+    or subscription between its ``crash`` and its ``recover``, and no event of
+    it stamped later than an event that follows it (a node's events are in
+    its processing order, so a ``crash`` stamped before an earlier-listed
+    delivery means the node delivered after crashing);
 ``malformed``
     the trace itself is inconsistent (subscribe twice, a ``subscribed``
     without a pending subscription, a publication id used twice...).
@@ -95,6 +101,7 @@ KINDS = (
     "unsubscribed",
     "fifo",
     "causal",
+    "inert",
     "malformed",
     "liveness",
     "own",
@@ -151,6 +158,9 @@ class _Node:
     """How many times the node recovered; a life that crashed is in ``crashed``."""
     crashed: set[int] = field(default_factory=set)
     up: bool = True
+    crashed_at: float = 0.0
+    last_time: float = float("-inf")
+    """Time of the node's latest processed event (events come in its processing order)."""
 
     def crash(self) -> None:
         """End every subscription: a crashed node owes nothing any more."""
@@ -166,6 +176,13 @@ class _Node:
         self.last_seq, self.known, self.own_pending = {}, {}, {}
         self.life += 1
         self.up = True
+
+
+def _what(ev: TraceEvent) -> str:
+    """The event's message id, or its topic when it has none."""
+    if ev.event in ("deliver", "publish"):
+        return f"({ev.source}, {ev.seq}) on {ev.topic!r}"
+    return repr(ev.topic) if ev.topic else ""
 
 
 def _covers(frontier: Frontier | None, source: Stream, seq: int) -> bool:
@@ -243,6 +260,8 @@ class TraceChecker:
         """Apply one event; return the nodes it unblocks."""
         self.events += 1
         kind = ev.event
+        if not self._check_inert(ev):
+            return []
         if kind == "deliver":
             self._on_deliver(ev)
         elif kind == "publish":
@@ -274,6 +293,26 @@ class TraceChecker:
             self.events += 1
             self._report("invented", ev, f"delivered ({ev.source}, {ev.seq}), never published")
             self._drain(n)
+
+    def _check_inert(self, ev: TraceEvent) -> bool:
+        """Report an event of a crashed node, or one stamped before its node's
+        previous event; ``False`` if ``ev`` must be skipped (the node is down)."""
+        node = self._node(ev.node)
+        if ev.time < node.last_time:
+            what = "crashed" if ev.event == "crash" else f"{ev.event} {_what(ev)}"
+            self._report(
+                "inert",
+                ev,
+                f"{what} stamped before its previous event at t={node.last_time}"
+                + (" (it acted after crashing)" if ev.event == "crash" else ""),
+            )
+        node.last_time = max(node.last_time, ev.time)
+        if node.up or ev.event in ("crash", "recover"):
+            return True
+        self._report(
+            "inert", ev, f"{ev.event} {_what(ev)} while crashed (since t={node.crashed_at})"
+        )
+        return False
 
     def _report(self, kind: str, ev: TraceEvent, detail: str) -> None:
         self._found.append(Violation(kind, ev.node, ev.topic, f"{detail} (at t={ev.time})"))
@@ -313,6 +352,7 @@ class TraceChecker:
             self._report("malformed", ev, f"{ev.event} of a node that is already so")
         elif crash:
             node.crash()
+            node.crashed_at = ev.time
         else:
             node.recover()
 
