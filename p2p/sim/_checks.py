@@ -150,6 +150,9 @@ class _Node:
     delivered_on: dict[str, set[tuple[int, int]]] = field(default_factory=lambda: defaultdict(set))
     last_seq: dict[tuple[str, Stream], int] = field(default_factory=dict)
     known: dict[str, Frontier] = field(default_factory=dict)
+    cause: dict[str, dict[Stream, tuple[int, int]]] = field(default_factory=dict)
+    """Per topic and frontier entry: the publication delivered (or published) here
+    that brought the entry in, to name it in a ``causal`` report."""
     own_pending: dict[str, dict[int, bool]] = field(default_factory=dict)
     """Own publications not yet delivered: ``seq -> preceded by a delivery already``."""
     periods: dict[str, list[_Period]] = field(default_factory=dict)
@@ -173,7 +176,7 @@ class _Node:
     def recover(self) -> None:
         """A new incarnation: nothing subscribed, delivered or known."""
         self.delivered, self.delivered_on = set(), defaultdict(set)
-        self.last_seq, self.known, self.own_pending = {}, {}, {}
+        self.last_seq, self.known, self.own_pending, self.cause = {}, {}, {}, {}
         self.life += 1
         self.up = True
 
@@ -189,10 +192,14 @@ def _covers(frontier: Frontier | None, source: Stream, seq: int) -> bool:
     return frontier is not None and frontier.get(source, -1) >= seq
 
 
-def _merge(into: Frontier, other: Frontier) -> None:
+def _merge(
+    into: Frontier, other: Frontier, cause: dict[Stream, tuple[int, int]], by: tuple[int, int]
+) -> None:
+    """Raise ``into`` to cover ``other``; entries raised are caused ``by``."""
     for src, seq in other.items():
         if into.get(src, -1) < seq:
             into[src] = seq
+            cause[src] = by
 
 
 class TraceChecker:
@@ -373,6 +380,7 @@ class TraceChecker:
         self._pubs[key] = _Publication(ev.time, ev.node, dict(known), node.life)
         self._pub_topic[(ev.source, ev.seq)] = ev.topic
         known[(ev.source, node.life)] = ev.seq
+        node.cause.setdefault(ev.topic, {})[(ev.source, node.life)] = (ev.source, ev.seq)
         node.own_pending.setdefault(ev.topic, {})[ev.seq] = False
         return self._blocked.pop((ev.source, ev.seq), [])
 
@@ -401,11 +409,27 @@ class TraceChecker:
             self._report("fifo", ev, f"delivered {what} after ({src}, {last})")
         node.last_seq[(topic, stream)] = max(seq, last if last is not None else seq)
         known = node.known.setdefault(topic, {})
+        cause = node.cause.setdefault(topic, {})
         if self._precedes_delivered(node, ev, pub, known):
-            self._report("causal", ev, f"delivered {what} after a publication it precedes")
+            self._report("causal", ev, f"delivered {what} {self._late(node, ev, cause, stream)}")
         if not _covers(known, stream, seq):
-            _merge(known, pub.past)
+            _merge(known, pub.past, cause, (src, seq))
             known[stream] = seq
+            cause[stream] = (src, seq)
+
+    @staticmethod
+    def _late(
+        node: _Node, ev: TraceEvent, cause: dict[Stream, tuple[int, int]], stream: Stream
+    ) -> str:
+        """Why a delivery is too late: the publication here whose past holds it."""
+        by = cause.get(stream)
+        if by is None or by[0] == ev.source:
+            return "after its own publication that follows it (it waited for nothing)"
+        mine = "published" if by[0] == ev.node else "delivered"
+        return (
+            f"after it {mine} {by}, which causally follows it: "
+            f"{by} should have waited for ({ev.source}, {ev.seq})"
+        )
 
     @staticmethod
     def _precedes_delivered(
