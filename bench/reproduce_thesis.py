@@ -222,7 +222,8 @@ class _AckFreeSim(_QueueSim):
         self.recorder.frames += 1
         self.recorder.sent_by_node[src] += 1
         arrive = ready + self.delays.propagation(self.rng)
-        self._push(arrive, self._ARRIVE, (src, dst, packet))
+        lives = (self.incarnation[dst], self.incarnation[src])
+        self._push(arrive, self._ARRIVE, (src, dst, packet, *lives))
 
 
 class _FreeAckSim(_AckFreeSim):

@@ -13,6 +13,7 @@ path can beat a direct one.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 from collections import deque
@@ -166,6 +167,8 @@ class Simulation:
         of them is deferred to its end instant, so the crash can still stop it."""
         self._died: dict[tuple[int, int], float] = {}
         """``(node, incarnation) -> crash time`` of every incarnation that crashed."""
+        self.pause_gc = True
+        """Pause the cyclic garbage collector while :meth:`run` loops (see there)."""
         self.listeners: list[Listener] = []
         """Called as ``listener(sim, node, time, event)`` for every event a core emits;
         a listener may :meth:`schedule` more actions (reactive scenarios)."""
@@ -307,13 +310,28 @@ class Simulation:
             self._detected(*args)
 
     def run(self, until: float | None = None, max_events: int | None = None) -> int:
-        """Run until no event is left (or ``until`` / ``max_events``); returns events run."""
-        done = 0
-        while self._heap and (until is None or self._heap[0][0] <= until):
-            if max_events is not None and done >= max_events:
-                break
-            self.step()
-            done += 1
+        """Run until no event is left (or ``until`` / ``max_events``); returns events run.
+
+        With :attr:`pause_gc`, Python's cyclic garbage collector is off while the
+        loop runs (and back on after).  The run keeps O(N^2) live objects (what
+        each node received), so every collection scans more of them as N grows:
+        at 256 nodes it took a third of the wall time.  The engine and the cores
+        build no reference cycles (a run leaves no cyclic garbage); reference
+        counting still frees everything else at once.
+        """
+        paused = self.pause_gc and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            done = 0
+            while self._heap and (until is None or self._heap[0][0] <= until):
+                if max_events is not None and done >= max_events:
+                    break
+                self.step()
+                done += 1
+        finally:
+            if paused:
+                gc.enable()
         if until is not None and self.now < until and not self._heap:
             self.now = until
         return done
