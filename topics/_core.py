@@ -766,7 +766,7 @@ class VCubePS:
         ready: dict[int, list[Packet]] = {}
         held_now: set[int] = set()
         ids = tuple(m.id for m in messages)
-        coming = self._coming(state, messages[0])
+        coming = self._coming(state, messages[0]) if children else []
         for child, pkt in children:
             blockers = self._blockers(state, messages[0], coming, child)
             if not blockers:
@@ -792,9 +792,10 @@ class VCubePS:
             out.append(Send(child, pkts[0] if len(pkts) == 1 else Bundle(tuple(pkts))))
         return out
 
-    def _coming(self, state: _Topic, first: PubMessage) -> list[MsgId]:
-        """The predecessors of ``first`` this node has not received and will: it
-        owes their delivery (post-subscription, live source, not its own).
+    def _coming(self, state: _Topic, first: PubMessage) -> list[tuple[MsgId, tuple[int, ...]]]:
+        """The predecessors of ``first`` this node has not received and will (it
+        owes their delivery: post-subscription, live source, not its own), each
+        with this node's children in its source's tree.
 
         Computed once per round, not per child: a barrier can be long, and
         almost all of it has usually arrived already."""
@@ -802,7 +803,7 @@ class VCubePS:
             return []
         last_rx, bounds, dead = state.last_rx, state.bounds, self._dead
         return [
-            d
+            (d, state.tree_kids(self.id, d.source))
             for d in first.deps
             if d.source != self.id
             and d.source not in dead
@@ -811,7 +812,11 @@ class VCubePS:
         ]
 
     def _blockers(
-        self, state: _Topic, first: PubMessage, coming: list[MsgId], child: int
+        self,
+        state: _Topic,
+        first: PubMessage,
+        coming: list[tuple[MsgId, tuple[int, ...]]],
+        child: int,
     ) -> set[MsgId]:
         """The predecessors of ``first`` that ``child`` waits for and this node will bring:
         those held from ``child`` already, and those of ``coming`` routed to it."""
@@ -821,7 +826,7 @@ class VCubePS:
         found: set[MsgId] = set()
         if held is not None:
             found.update(d for d in first.deps if d in held)
-        found.update(d for d in coming if child in state.tree_kids(self.id, d.source))
+        found.update(d for d, kids in coming if child in kids)
         return found
 
     def _resolve(
