@@ -6,6 +6,12 @@ topic, crashed nodes inert and, unless ``--safety-only``, validity and
 agreement (every subscription confirmed before a publication delivers it;
 see :mod:`p2p.sim._checks`).  Exit status: 0 when every check holds, 1 with
 a report of the first violations, 2 when a file cannot be read.
+
+Safety never compares clocks across nodes (happened-before comes from each
+node's order of events and from publications).  Validity does: "confirmed
+before the publication" compares the subscriber's and the publisher's
+timestamps, so on devices whose clocks disagree by more than the time a
+subscription takes to confirm, prefer ``--safety-only``.
 """
 
 from __future__ import annotations
