@@ -208,6 +208,10 @@ class _Topic:
     # The newest round received from each source stream (the one that brought
     # its newest publication here): what this node relays if it crashes.
     last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
+    # Streams whose last round arrived while this node's subscription was
+    # confirmed: it may have delivered from them, so it owes their relay at the
+    # source's crash even if it unsubscribes meanwhile (agreement).
+    relay_owed: set[tuple[int, int]] = field(default_factory=set)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
@@ -527,7 +531,9 @@ class VCubePS:
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
         for stream in [k for k in state.last_round if k[0] == node and k[1] <= incarnation]:
             messages = state.last_round.pop(stream)
-            if state.subscribed and len(state.subscribers()) > 1:
+            owed = state.subscribed or stream in state.relay_owed
+            state.relay_owed.discard(stream)
+            if owed and any(n != self.id for n in state.subscribers()):
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
         return out
@@ -707,6 +713,10 @@ class VCubePS:
             # Only then: a relay of an older round, all duplicates, must not
             # replace the newest one as what this node relays at the crash.
             state.last_round[stream] = messages
+            if state.confirmed:
+                state.relay_owed.add(stream)
+            else:
+                state.relay_owed.discard(stream)
             state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
