@@ -11,7 +11,10 @@ Safety never compares clocks across nodes (happened-before comes from each
 node's order of events and from publications).  Validity does: "confirmed
 before the publication" compares the subscriber's and the publisher's
 timestamps, so on devices whose clocks disagree by more than the time a
-subscription takes to confirm, prefer ``--safety-only``.
+subscription takes to confirm, prefer ``--safety-only``.  The ``inert``
+check also reads each node's own clock: an event stamped before the node's
+previous one is reported, so a device whose wall clock stepped back during
+the run shows up there.
 """
 
 from __future__ import annotations
