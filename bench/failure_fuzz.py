@@ -10,6 +10,11 @@ repository root::
 
     python -m bench.failure_fuzz                 # 400 runs per mode
     python -m bench.failure_fuzz --runs 50 --out /tmp/f.json
+    python -m bench.failure_fuzz --first-seed 400 --runs 400 --tpp-stdev 60
+
+``--tpp-stdev`` widens the spread of link delays (default 25, the thesis'),
+which makes packets land inside a node's processing window at its crash more
+often (the case issue 21 reported was found with 60).
 
 It prints, per mode, how many runs broke something, by kind, and the
 shortest failing script (replay it with its seed); the JSON has it all.
@@ -27,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from p2p.sim import Script, Simulation, check_trace, check_views, legal_script
+from p2p.sim import DelayModel, Script, Simulation, check_trace, check_views, legal_script
 
 DETECT = [(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]
 
@@ -42,14 +47,20 @@ def draw_script(rng: random.Random, n: int, topics: list[str], *, recover: bool)
     return legal_script(steps, crash_roll=9, max_down=n // 2, recover=recover)
 
 
-def run_one(seed: int, *, recover: bool) -> dict[str, Any]:
+def run_one(seed: int, *, recover: bool, tpp_stdev: float = 25.0) -> dict[str, Any]:
     """Draw and run case ``seed``; return its script and what broke (kinds)."""
     rng = random.Random(seed)
     n = rng.randint(3, 10)
     topics = ["t0", "t1"][: rng.randint(1, 2)]
     detect = rng.choice(DETECT)
     script = draw_script(rng, n, topics, recover=recover)
-    sim = Simulation(list(range(n)), seed=seed, detect_delay=detect[0], detect_jitter=detect[1])
+    sim = Simulation(
+        list(range(n)),
+        seed=seed,
+        detect_delay=detect[0],
+        detect_jitter=detect[1],
+        delays=DelayModel(tpp_stdev=tpp_stdev),
+    )
     for at, action, node, topic in script:
         sim.schedule(at, action, node, topic, f"{node}@{at}".encode())
     kinds: list[str]
@@ -68,6 +79,8 @@ def run_one(seed: int, *, recover: bool) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400, help="runs per mode (default 400)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first run")
+    parser.add_argument("--tpp-stdev", type=float, default=25.0, help="stdev of t_pp (25)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/failure_fuzz.json"))
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -75,12 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {}
     for mode, recover in (("crash", False), ("recover", True)):
         started = time.monotonic()
-        runs = [run_one(seed, recover=recover) for seed in range(args.runs)]
+        seeds = range(args.first_seed, args.first_seed + args.runs)
+        runs = [run_one(seed, recover=recover, tpp_stdev=args.tpp_stdev) for seed in seeds]
         bad = [r for r in runs if r["broke"]]
         kinds = Counter(k for r in bad for k in r["broke"])
         shortest = min(bad, key=lambda r: len(r["script"]), default=None)
         result[mode] = {
             "runs": args.runs,
+            "first_seed": args.first_seed,
+            "tpp_stdev": args.tpp_stdev,
             "broken": len(bad),
             "kinds": dict(kinds),
             "seconds": round(time.monotonic() - started, 1),

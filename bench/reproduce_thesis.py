@@ -58,14 +58,14 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bench._common import ROOT, fmt, mean, powers, run_measured, sizes_ok
 from p2p.sim import DelayModel, Simulation
 from p2p.sim._frames import Frame
-from topics import Delivered, Event, Received, SRPTNode
+from topics import Delivered, Event, PubSubConfig, Received, SRPTNode
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "thesis.json"
 QUICK_OUT = ROOT / "bench" / "results" / "thesis-quick.json"
@@ -164,7 +164,10 @@ class Task:
     tpp_stdev: float = 25.0
     variant: str = "main"
     """``main``, or for ``order`` the sweep the run belongs to, or for ``several``
-    a what-if model: ``ack-free-link`` or ``no-cpu`` (see :data:`WHAT_IF`)."""
+    a what-if model: ``ack-free-link`` or ``no-cpu`` (see :data:`WHAT_IF`), or
+    ``thesis-mode`` (VCube-PS with one publication per ACK round)."""
+    round_messages: int = PubSubConfig().max_round_messages
+    """Most publications a VCube-PS source sends per ACK round (1: the thesis)."""
 
     def key(self) -> tuple[Any, ...]:
         """The point this run belongs to (everything but the seed)."""
@@ -222,7 +225,8 @@ class _AckFreeSim(_QueueSim):
         self.recorder.frames += 1
         self.recorder.sent_by_node[src] += 1
         arrive = ready + self.delays.propagation(self.rng)
-        self._push(arrive, self._ARRIVE, (src, dst, packet))
+        lives = (self.incarnation[dst], self.incarnation[src])
+        self._push(arrive, self._ARRIVE, (src, dst, packet, *lives))
 
 
 class _FreeAckSim(_AckFreeSim):
@@ -282,6 +286,7 @@ def _new_sim(task: Task, cls: type[Simulation] = Simulation) -> Simulation:
         seed=task.seed,
         record_trace=False,
         aggregation="off",  # chapter 5 has no aggregation; its numbers are reproduced as is
+        config=PubSubConfig(max_round_messages=task.round_messages),
     )
     _cache_srpt_roots(sim)
     return sim
@@ -529,6 +534,17 @@ def plan(args: argparse.Namespace) -> list[Task]:
                             variant=variant,
                         )
                     )
+    if args.thesis_mode:
+        tasks += [
+            replace(t, round_messages=1, variant="thesis-mode")
+            for t in tasks
+            if t.exp in ("single", "several") and t.protocol == "vcube-ps" and t.variant == "main"
+        ]
+    if args.round_messages is not None:
+        tasks = [
+            t if t.variant == "thesis-mode" else replace(t, round_messages=args.round_messages)
+            for t in tasks
+        ]
     return tasks
 
 
@@ -690,6 +706,39 @@ def table_several(points: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def table_thesis_mode(points: list[dict[str, Any]], exp: str) -> str:
+    """Ours (batched rounds) beside the thesis' one-publication rounds, same scripts."""
+    lines = [
+        f"### {exp}: VCube-PS as run above beside thesis mode (1 publication per ACK round)",
+        "",
+        "| N | % | reception ours | reception thesis mode | PUB ours | PUB thesis "
+        "| ACK ours | ACK thesis | counts equal |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for n in sorted({p["n"] for p in points}):
+        for pct in (25, 100):
+            ours = _find(points, n=n, pct=pct, protocol="vcube-ps", variant="main")
+            th = _find(points, n=n, pct=pct, protocol="vcube-ps", variant="thesis-mode")
+            if ours is None or th is None:
+                continue
+            same = (ours["pub_packets"], ours["ack_packets"]) == (
+                th["pub_packets"],
+                th["ack_packets"],
+            )
+            lines.append(
+                f"| {n} | {pct}% | {fmt(ours['reception_mean'])} | {fmt(th['reception_mean'])} "
+                f"| {fmt(ours['pub_packets'], 0)} | {fmt(th['pub_packets'], 0)} "
+                f"| {fmt(ours['ack_packets'], 0)} | {fmt(th['ack_packets'], 0)} "
+                f"| {'yes' if same else 'no'} |"
+            )
+    lines.append("")
+    lines.append(
+        "Each source publishes once here, so a round never has more than one publication "
+        "to batch: both modes must give the same counts (docs/protocol.md, batching)."
+    )
+    return "\n".join(lines)
+
+
 def _table_what_if(points: list[dict[str, Any]], n: int) -> str:
     lines = [
         f"### What-if models, {n} nodes, VCube-PS (one seed): where the contention comes from",
@@ -797,6 +846,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="in the several-publishers experiment, run only the what-if models",
     )
+    p.add_argument(
+        "--round-messages",
+        type=int,
+        help="VCube-PS publications per ACK round in the main runs (default: the library's)",
+    )
+    p.add_argument(
+        "--no-thesis-mode",
+        dest="thesis_mode",
+        action="store_false",
+        help="skip the thesis-mode twins (1 publication per round) of single/several",
+    )
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes")
     p.add_argument(
         "--out", type=Path, help=f"JSON output (default {DEFAULT_OUT.relative_to(ROOT)})"
@@ -822,6 +882,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
     if not sizes_ok(args.seeds, args.min_nodes, args.max_nodes):
         return 2
+    if args.round_messages is not None and args.round_messages < 1:
+        print("--round-messages must be >= 1", file=sys.stderr)
+        return 2
     host, results, wall = run_measured(plan(args), args.jobs, run_task)
     points = aggregate(results)
     doc: dict[str, Any] = {
@@ -838,6 +901,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "delays": {"tpc": 1.0, "tt": 1.0, "tpp": "Normal(100, sd) per packet, clipped at 0"},
             "oracle_start": True,
             "payload_bytes": len(PAYLOAD),
+            "round_messages": args.round_messages or PubSubConfig().max_round_messages,
+            "thesis_mode_twins": args.thesis_mode,
         },
         "machine": host,
         "wall_s": wall,
@@ -851,6 +916,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if points.get(name):
             print(sections[name](points[name]))
             print()
+            if name in ("single", "several") and args.thesis_mode:
+                print(table_thesis_mode(points[name], name))
+                print()
     print(f"{len(results)} runs in {wall:.0f} s; all numbers in {args.out}")
     return 0
 

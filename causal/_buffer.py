@@ -25,6 +25,16 @@ Dep = tuple[int, int, int]
 
 _RETIRED = 1 << 62
 
+_Key = int | tuple[int, int]
+"""A frontier's key: the stream alone for incarnation 0, else ``(stream, incarnation)``.
+
+One flat dict instead of a dict per stream: a subscriber of a topic with N
+sources keeps N frontiers, and a nested dict cost ~230 bytes more each."""
+
+
+def _key(stream: int, incarnation: int) -> _Key:
+    return stream if incarnation == 0 else (stream, incarnation)
+
 
 def op_stream(node: int) -> int:
     """The stream of membership operations of ``node`` (disjoint from sources)."""
@@ -44,7 +54,7 @@ class CausalBuffer(Generic[T]):
     __slots__ = ("_frontier", "_items", "_next", "_waiters")
 
     def __init__(self) -> None:
-        self._frontier: dict[int, dict[int, int]] = {}
+        self._frontier: dict[_Key, int] = {}
         self._waiters: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._items: dict[int, list[object]] = {}  # token -> [item, missing]
         self._next = 0
@@ -54,11 +64,11 @@ class CausalBuffer(Generic[T]):
 
     def frontier(self, stream: int, incarnation: int) -> int | None:
         """The frontier reached for ``(stream, incarnation)``, or ``None``."""
-        return self._frontier.get(stream, {}).get(incarnation)
+        return self._frontier.get(_key(stream, incarnation))
 
     def satisfied(self, dep: Dep) -> bool:
         """Whether ``dep`` holds now."""
-        got = self._frontier.get(dep[0], {}).get(dep[1])
+        got = self._frontier.get(dep[0] if dep[1] == 0 else (dep[0], dep[1]))
         return got is not None and got >= dep[2]
 
     def add(self, item: T, deps: Iterable[Dep]) -> bool:
@@ -66,8 +76,7 @@ class CausalBuffer(Generic[T]):
         frontier = self._frontier
         missing: list[Dep] = []
         for dep in deps:
-            inner = frontier.get(dep[0])
-            got = None if inner is None else inner.get(dep[1])
+            got = frontier.get(dep[0] if dep[1] == 0 else (dep[0], dep[1]))
             if got is None or got < dep[2]:
                 missing.append(dep)
         if not missing:
@@ -81,11 +90,11 @@ class CausalBuffer(Generic[T]):
 
     def advance(self, stream: int, incarnation: int, value: int) -> list[T]:
         """Raise the frontier of ``(stream, incarnation)`` to ``value``; return released items."""
-        inner = self._frontier.setdefault(stream, {})
-        cur = inner.get(incarnation)
+        fkey = _key(stream, incarnation)
+        cur = self._frontier.get(fkey)
         if cur is not None and cur >= value:
             return []
-        inner[incarnation] = value
+        self._frontier[fkey] = value
         key = (stream, incarnation)
         heap = self._waiters.get(key)
         if heap is None:

@@ -25,9 +25,12 @@ from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
 from p2p._shutdown import run_cli
 from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
+from p2p.sim._checkcli import add_parser as add_check_parser
+from p2p.sim._checkcli import cmd_check
 from p2p.sim._demo import chat_fleet
 from p2p.telemetry._cli import add_parser as add_telemetry_parser
 from p2p.telemetry._cli import cmd_telemetry
+from topics import PubSubConfig
 
 
 def _add_delay_args(p: argparse.ArgumentParser) -> None:
@@ -70,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         "causal (holding back only: Algorithm 2 alone), off",
     )
     sim.add_argument("--mtu", type=int, default=1500, help="link packet size limit in bytes")
+    sim.add_argument(
+        "--round-messages",
+        type=int,
+        default=PubSubConfig().max_round_messages,
+        help="most publications a source sends per ACK round "
+        f"(default {PubSubConfig().max_round_messages}; 1 = the thesis' stop-and-wait)",
+    )
     _add_delay_args(sim)
     sim.add_argument("--metrics", type=Path, help="write METRICS.json here")
     sim.add_argument("--trace", type=Path, help="write TRACE.jsonl here")
@@ -89,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_fleet_parser(sub)
     add_node_parser(sub)
     add_telemetry_parser(sub)
+    add_check_parser(sub)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     _debug_everywhere(parser)
     return parser
@@ -201,6 +212,7 @@ def run_actions(
     progress: bool = False,
     aggregation: str = "on",
     mtu: int = 1500,
+    round_messages: int | None = None,
 ) -> Simulation:
     """Run scenario ``actions`` on ``nodes`` dense ids and return the finished simulation."""
     sim = Simulation(
@@ -211,6 +223,7 @@ def run_actions(
         record_trace=record_trace,
         aggregation=aggregation,
         limits=PacketLimits(mtu=mtu),
+        config=None if round_messages is None else PubSubConfig(max_round_messages=round_messages),
     )
     if protocol == "causal-broadcast":
         actions = _broadcast_actions(sim, actions)
@@ -277,6 +290,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     _check_nodes(args.nodes)
     if not 64 <= args.mtu <= 1 << 20:
         raise P2PError(f"--mtu must be between 64 and 1048576 bytes, got {args.mtu}")
+    if args.round_messages < 1:
+        raise P2PError(f"--round-messages must be >= 1, got {args.round_messages}")
     actions = load_scenario(args.scenario, args.nodes)
     delays = DelayModel(tpc=args.tpc, tt=args.tt, tpp_mean=args.tpp_mean, tpp_stdev=args.tpp_stdev)
     started = time.monotonic()
@@ -291,6 +306,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         aggregation=args.aggregation,
         mtu=args.mtu,
+        round_messages=args.round_messages,
     )
     wall = time.monotonic() - started
     if args.metrics:
@@ -364,6 +380,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "pub": cmd_pub,
         "status": cmd_status,
         "telemetry": cmd_telemetry,
+        "check": cmd_check,
     }
     return commands[args.command](args)
 

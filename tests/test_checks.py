@@ -443,3 +443,36 @@ def test_check_views_needs_topics_without_a_trace() -> None:
     with pytest.raises(ValueError, match="topics"):
         check_views(sim)
     assert check_views(sim, topics=[T]) == []
+
+
+# ------------------------------------------------------------ inert crashes
+
+
+def test_a_delivery_after_a_crash_is_flagged_in_either_order() -> None:
+    """Issue 21: node 22 crashed at 2327.0 and delivered ('t2', 4, 9) at 2327.43.
+    The simulator listed the delivery first (processing order), a sorted trace
+    lists it after the crash: both are ``inert``."""
+    head = [
+        TraceEvent(0.0, 4, "subscribe", "t2", 4, None),
+        TraceEvent(0.0, 22, "subscribe", "t2", 22, None),
+        TraceEvent(0.0, 22, "subscribed", "t2", 22, None),
+        TraceEvent(2200.0, 4, "publish", "t2", 4, 9),
+    ]
+    deliver = TraceEvent(2327.43, 22, "deliver", "t2", 4, 9)
+    crash = TraceEvent(2327.0, 22, "crash", "", 22, None)
+    (v,) = check_trace([*head, deliver, crash])
+    assert (v.kind, v.node) == ("inert", 22)
+    assert "acted after crashing" in v.detail
+    (w,) = check_trace([*head, crash, deliver])
+    assert (w.kind, w.node, w.topic) == ("inert", 22, "t2")
+    assert "(4, 9)" in w.detail
+    assert "since t=2327.0" in w.detail
+
+
+def test_events_after_recovery_are_fine_and_time_may_stand_still() -> None:
+    tr = base()
+    tr.events.append(TraceEvent(tr.clock, 2, "crash", "", 2, None))
+    tr.events.append(TraceEvent(tr.clock, 2, "recover", "", 2, None))
+    tr.clock += 1
+    tr.sub(2).pub(0, 1).dlv(1, 0, 1).dlv(2, 0, 1)
+    assert check_trace(tr.events, quiescent=True) == []

@@ -4,7 +4,9 @@
   populations (sparse 64-bit or dense ids), 1..3 topics, per-link base delays
   drawn by Hypothesis (fast and very slow links side by side, so relayed paths
   overtake direct ones and the triangle inequality fails) plus seeded jitter;
-  rules subscribe / unsubscribe / publish / deliver-one / advance-time.  Every
+  rules subscribe / unsubscribe / publish / deliver-one / advance-time /
+  crash / recover (a crash may land inside the node's processing window, and
+  the checker's ``inert`` kind then proves it did nothing after it).  Every
   step checks the safety invariants (no duplicates, no invention, no delivery
   while unsubscribed, per-source FIFO, causal order per topic) on the trace so
   far; teardown runs to quiescence and checks liveness/agreement and that every
@@ -113,6 +115,8 @@ class PubSubMachine(RuleBasedStateMachine):
         self.subscribed: dict[str, set[int]] = {}
         self.last_at: dict[int, float] = {}
         self.payloads = 0
+        self.down: set[int] = set()
+        """Nodes whose CRASH is scheduled and RECOVER is not (intended state)."""
 
     @property
     def s(self) -> Simulation:
@@ -158,14 +162,14 @@ class PubSubMachine(RuleBasedStateMachine):
         self.last_at[node] = at
         self.payloads += 1
         payload = f"{node}:{self.payloads}".encode() if action == "PUB" else b""
-        self.s.schedule(at, action, node, topic, payload)
+        self.last_at[node] = self.s.schedule(at, action, node, topic, payload)
 
     def _pairs(self, subscribed: bool) -> list[tuple[int, str]]:
         return [
             (n, t)
             for t in self.topics
             for n in self.s.ids
-            if (n in self.subscribed[t]) == subscribed
+            if (n in self.subscribed[t]) == subscribed and n not in self.down
         ]
 
     @precondition(lambda self: bool(self._pairs(subscribed=False)))
@@ -205,6 +209,30 @@ class PubSubMachine(RuleBasedStateMachine):
         for node in who:
             self._schedule("PUB", node, t, 0.0)
 
+    @precondition(lambda self: self.sim is not None and len(self.down) < len(self.s.ids) // 2)
+    @rule(data=st.data(), offset=st.sampled_from([0.0, 0.3, 1.0, 40.0, 150.0]))
+    def crash(self, data: st.DataObject, offset: float) -> None:
+        """A node crashes, often within a ``t_pc`` of its last input (its processing
+        window): from that instant it must do nothing (the ``inert`` check)."""
+        up = [n for n in self.s.ids if n not in self.down]
+        node = data.draw(st.sampled_from(up), label="crash")
+        self.down.add(node)
+        for subs in self.subscribed.values():
+            subs.discard(node)
+        self._schedule("CRASH", node, "", offset)
+
+    @precondition(lambda self: bool(self.down))
+    @rule(data=st.data(), offset=st.sampled_from([0.0, 1.0, 400.0]))
+    def recover(self, data: st.DataObject, offset: float) -> None:
+        node = data.draw(st.sampled_from(sorted(self.down)), label="recover")
+        self.down.discard(node)
+        self._schedule("RECOVER", node, "", offset)
+
+    def _refusals(self) -> list[tuple[float, int, str, str, str]]:
+        """Refused calls other than those a crash overtook (the rules cannot know
+        when a call scheduled before a crash gets the node's CPU)."""
+        return [r for r in self.s.recorder.refusals if "crash" not in r[4]]
+
     # ------------------------------------------------------------- network
 
     @precondition(lambda self: self.sim is not None and self.s.pending_events() > 0)
@@ -229,7 +257,7 @@ class PubSubMachine(RuleBasedStateMachine):
         self.checker.feed(trace[self.fed :])
         self.fed = len(trace)
         assert_no_violations(self.checker.violations(), "safety")
-        assert self.sim.recorder.refusals == [], self.sim.recorder.refusals
+        assert self._refusals() == [], self._refusals()
 
     def teardown(self) -> None:
         if self.sim is None:
@@ -237,10 +265,11 @@ class PubSubMachine(RuleBasedStateMachine):
         sim = self.sim
         sim.run()
         assert sim.quiescent(), "simulation did not quiesce"
-        assert sim.recorder.refusals == [], sim.recorder.refusals
+        assert self._refusals() == [], self._refusals()
+        assert sim.down == self.down
         self.checker.feed(sim.recorder.trace[self.fed :])
         for topic, nodes in self.subscribed.items():
-            actual = {n for n in sim.ids if sim.nodes[n].is_subscribed(topic)}
+            actual = {n for n in sim.ids if n not in sim.down and sim.nodes[n].is_subscribed(topic)}
             assert actual == nodes, (topic, actual, nodes)
         found = self.checker.violations(quiescent=True) + check_views(sim)
         assert_no_violations(found, "after quiescence")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +126,22 @@ def test_bad_arguments() -> None:
         sim.schedule(0, "PUB", 7, "t")
     with pytest.raises(P2PError, match="unknown action"):
         sim.schedule(0, "JOIN", 0, "t")
+
+
+def test_round_messages_1_is_the_thesis_stop_and_wait(tmp_path: Path) -> None:
+    """Issue 21: ``--round-messages 1`` gives the thesis' counts on a bursty script
+    (one PUB and one ACK per tree edge per publication); the default batches."""
+    from p2p.cli import main
+
+    scenario = Path(__file__).parents[1] / "p2p" / "sim" / "scenarios" / "burst.txt"
+    counts = {}
+    for k in (1, 256):
+        out = tmp_path / f"m{k}.json"
+        args = ["sim", str(scenario), "--nodes", "64", "--oracle-subscriptions", "--quiet"]
+        assert main([*args, "--round-messages", str(k), "--metrics", str(out)]) == 0
+        counts[k] = json.loads(out.read_text())["packets"]
+    assert counts[1]["PUB"] == counts[1]["ACK"] == 160 * 63
+    assert (
+        counts[256]["PUB"] == counts[256]["ACK"] == 8 * 2 * 63
+    )  # per burst: the first alone, then 19
+    assert main([*args, "--round-messages", "0"]) == 2

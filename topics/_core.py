@@ -86,13 +86,14 @@ it predates the subscription (the largest counter the wire carries)."""
 SKIPPED_PAST = 4096
 """Skipped publications whose causal past a subscription remembers (oldest forgotten)."""
 
-PresetView = tuple[dict[int, ViewEntry], tuple[int, ...]]
+PresetView = tuple[dict[int, ViewEntry], tuple[int, ...], Hypercube]
 
 
 def preset_view(subscribers: Iterable[int]) -> PresetView:
-    """A directory in which every node of ``subscribers`` subscribed before time 0."""
+    """A directory in which every node of ``subscribers`` subscribed before time 0,
+    with the hypercube of its subscribers (whose tree caches the nodes then share)."""
     subs = tuple(sorted(set(subscribers)))
-    return {n: ViewEntry(n, 0, 0, True) for n in subs}, subs
+    return {n: ViewEntry(n, 0, 0, True) for n in subs}, subs, Hypercube(subs)
 
 
 class _Pending:
@@ -200,13 +201,17 @@ class _Topic:
     early: list[PubMessage] = field(default_factory=list)
 
     subs_cache: tuple[int, ...] | None = None
+    cube_cache: Hypercube | None = None
     # Causal aggregation (see VCubePS._hold_or_send):
     held: dict[int, dict[MsgId, _Held]] = field(default_factory=dict)
     waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
-    kids_cache: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # The newest round received from each source stream (the one that brought
     # its newest publication here): what this node relays if it crashes.
     last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
+    # Streams whose last round arrived while this node's subscription was
+    # confirmed: it may have delivered from them, so it owes their relay at the
+    # source's crash even if it unsubscribes meanwhile (agreement).
+    relay_owed: set[tuple[int, int]] = field(default_factory=set)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
@@ -228,26 +233,26 @@ class _Topic:
         if self.view_shared:  # copy on first write (see preset_subscription)
             self.view, self.view_shared = dict(self.view), False
         self.view[entry.node] = entry
-        self.subs_cache = None
-        self.kids_cache = {}
+        self.subs_cache = self.cube_cache = None
 
     def drop_entry(self, node: int) -> None:
         """Forget ``node`` (it crashed): it is no longer in any tree of this topic."""
         if self.view_shared:
             self.view, self.view_shared = dict(self.view), False
         if self.view.pop(node, None) is not None:
-            self.subs_cache = None
-            self.kids_cache = {}
+            self.subs_cache = self.cube_cache = None
         self.learned_at.pop(node, None)
 
     def tree_kids(self, me: int, root: int) -> tuple[int, ...]:
-        """My children in ``root``'s tree over the subscribers I know (cached per view)."""
-        got = self.kids_cache.get(root)
-        if got is None:
-            subs = self.subscribers()
-            got = Hypercube(subs).children(me, root) if me in subs else ()
-            self.kids_cache[root] = got
-        return got
+        """My children in ``root``'s tree over the subscribers I know.
+
+        The hypercube of the subscribers is built once per view (and shared by
+        every node of a preset start); its caches hold O(N log N) tree hops, so
+        no node keeps a structure per root."""
+        cube = self.cube_cache
+        if cube is None:
+            cube = self.cube_cache = Hypercube(self.subscribers())
+        return cube.children(me, root) if me in cube else ()
 
 
 def _deps(msg: PubMessage) -> list[Dep]:
@@ -436,8 +441,9 @@ class VCubePS:
         state = self._topic(topic)
         if state.view or state.queue or state.in_flight is not None:
             raise LocalProtocolError(f"preset_subscription on {topic!r} after activity")
-        view, subs = shared if shared is not None else preset_view(subscribers)
+        view, subs, cube = shared if shared is not None else preset_view(subscribers)
         state.view, state.view_shared, state.subs_cache = view, True, subs
+        state.cube_cache = cube
         # learned_at stays empty: an oracle subscription was "learned" before any
         # publication, so it bounds nothing (a missing entry reports no Bound).
         if self.id in view:
@@ -525,7 +531,9 @@ class VCubePS:
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
         for stream in [k for k in state.last_round if k[0] == node and k[1] <= incarnation]:
             messages = state.last_round.pop(stream)
-            if state.subscribed and len(state.subscribers()) > 1:
+            owed = state.subscribed or stream in state.relay_owed
+            state.relay_owed.discard(stream)
+            if owed and any(n != self.id for n in state.subscribers()):
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
         return out
@@ -705,6 +713,10 @@ class VCubePS:
             # Only then: a relay of an older round, all duplicates, must not
             # replace the newest one as what this node relays at the crash.
             state.last_round[stream] = messages
+            if state.confirmed:
+                state.relay_owed.add(stream)
+            else:
+                state.relay_owed.discard(stream)
             state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
@@ -764,8 +776,9 @@ class VCubePS:
         ready: dict[int, list[Packet]] = {}
         held_now: set[int] = set()
         ids = tuple(m.id for m in messages)
+        coming = self._coming(state, messages[0]) if children else []
         for child, pkt in children:
-            blockers = self._blockers(state, messages[0], child)
+            blockers = self._blockers(state, messages[0], coming, child)
             if not blockers:
                 ready.setdefault(child, []).append(pkt)
                 continue
@@ -789,21 +802,41 @@ class VCubePS:
             out.append(Send(child, pkts[0] if len(pkts) == 1 else Bundle(tuple(pkts))))
         return out
 
-    def _blockers(self, state: _Topic, first: PubMessage, child: int) -> set[MsgId]:
-        """The predecessors of ``first`` that ``child`` waits for and this node will bring."""
+    def _coming(self, state: _Topic, first: PubMessage) -> list[tuple[MsgId, tuple[int, ...]]]:
+        """The predecessors of ``first`` this node has not received and will (it
+        owes their delivery: post-subscription, live source, not its own), each
+        with this node's children in its source's tree.
+
+        Computed once per round, not per child: a barrier can be long, and
+        almost all of it has usually arrived already."""
+        if not (self.config.aggregation and state.confirmed):
+            return []
+        last_rx, bounds, dead = state.last_rx, state.bounds, self._dead
+        return [
+            (d, state.tree_kids(self.id, d.source))
+            for d in first.deps
+            if d.source != self.id
+            and d.source not in dead
+            and last_rx.get((d.source, d.incarnation), -1) < d.seq
+            and d.seq >= bounds.get((d.source, d.incarnation), 0)
+        ]
+
+    def _blockers(
+        self,
+        state: _Topic,
+        first: PubMessage,
+        coming: list[tuple[MsgId, tuple[int, ...]]],
+        child: int,
+    ) -> set[MsgId]:
+        """The predecessors of ``first`` that ``child`` waits for and this node will bring:
+        those held from ``child`` already, and those of ``coming`` routed to it."""
         if not (self.config.aggregation and state.confirmed):
             return set()
         held = state.held.get(child)
         found: set[MsgId] = set()
-        for d in first.deps:
-            if (held is not None and d in held) or (
-                d.source != self.id
-                and d.source not in self._dead
-                and state.last_rx.get((d.source, d.incarnation), -1) < d.seq
-                and d.seq >= state.bounds.get((d.source, d.incarnation), 0)
-                and child in state.tree_kids(self.id, d.source)
-            ):
-                found.add(d)
+        if held is not None:
+            found.update(d for d in first.deps if d in held)
+        found.update(d for d, kids in coming if child in kids)
         return found
 
     def _resolve(

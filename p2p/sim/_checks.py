@@ -29,6 +29,12 @@ Safety (checked on every prefix of a run):
     per topic, if ``m1`` happened before ``m2`` (the publisher of ``m2``
     published or delivered ``m1``, or something ``m1`` happened before, earlier
     than ``m2``) no node delivers ``m2`` and later ``m1``;
+``inert``
+    a crashed node does nothing until it recovers: no delivery, publication
+    or subscription between its ``crash`` and its ``recover``, and no event of
+    it stamped later than an event that follows it (a node's events are in
+    its processing order, so a ``crash`` stamped before an earlier-listed
+    delivery means the node delivered after crashing);
 ``malformed``
     the trace itself is inconsistent (subscribe twice, a ``subscribed``
     without a pending subscription, a publication id used twice...).
@@ -95,6 +101,7 @@ KINDS = (
     "unsubscribed",
     "fifo",
     "causal",
+    "inert",
     "malformed",
     "liveness",
     "own",
@@ -143,6 +150,9 @@ class _Node:
     delivered_on: dict[str, set[tuple[int, int]]] = field(default_factory=lambda: defaultdict(set))
     last_seq: dict[tuple[str, Stream], int] = field(default_factory=dict)
     known: dict[str, Frontier] = field(default_factory=dict)
+    cause: dict[str, dict[Stream, tuple[int, int]]] = field(default_factory=dict)
+    """Per topic and frontier entry: the publication delivered (or published) here
+    that brought the entry in, to name it in a ``causal`` report."""
     own_pending: dict[str, dict[int, bool]] = field(default_factory=dict)
     """Own publications not yet delivered: ``seq -> preceded by a delivery already``."""
     periods: dict[str, list[_Period]] = field(default_factory=dict)
@@ -151,6 +161,9 @@ class _Node:
     """How many times the node recovered; a life that crashed is in ``crashed``."""
     crashed: set[int] = field(default_factory=set)
     up: bool = True
+    crashed_at: float = 0.0
+    last_time: float = float("-inf")
+    """Time of the node's latest processed event (events come in its processing order)."""
 
     def crash(self) -> None:
         """End every subscription: a crashed node owes nothing any more."""
@@ -163,19 +176,30 @@ class _Node:
     def recover(self) -> None:
         """A new incarnation: nothing subscribed, delivered or known."""
         self.delivered, self.delivered_on = set(), defaultdict(set)
-        self.last_seq, self.known, self.own_pending = {}, {}, {}
+        self.last_seq, self.known, self.own_pending, self.cause = {}, {}, {}, {}
         self.life += 1
         self.up = True
+
+
+def _what(ev: TraceEvent) -> str:
+    """The event's message id, or its topic when it has none."""
+    if ev.event in ("deliver", "publish"):
+        return f"({ev.source}, {ev.seq}) on {ev.topic!r}"
+    return repr(ev.topic) if ev.topic else ""
 
 
 def _covers(frontier: Frontier | None, source: Stream, seq: int) -> bool:
     return frontier is not None and frontier.get(source, -1) >= seq
 
 
-def _merge(into: Frontier, other: Frontier) -> None:
+def _merge(
+    into: Frontier, other: Frontier, cause: dict[Stream, tuple[int, int]], by: tuple[int, int]
+) -> None:
+    """Raise ``into`` to cover ``other``; entries raised are caused ``by``."""
     for src, seq in other.items():
         if into.get(src, -1) < seq:
             into[src] = seq
+            cause[src] = by
 
 
 class TraceChecker:
@@ -243,6 +267,8 @@ class TraceChecker:
         """Apply one event; return the nodes it unblocks."""
         self.events += 1
         kind = ev.event
+        if not self._check_inert(ev):
+            return []
         if kind == "deliver":
             self._on_deliver(ev)
         elif kind == "publish":
@@ -274,6 +300,26 @@ class TraceChecker:
             self.events += 1
             self._report("invented", ev, f"delivered ({ev.source}, {ev.seq}), never published")
             self._drain(n)
+
+    def _check_inert(self, ev: TraceEvent) -> bool:
+        """Report an event of a crashed node, or one stamped before its node's
+        previous event; ``False`` if ``ev`` must be skipped (the node is down)."""
+        node = self._node(ev.node)
+        if ev.time < node.last_time:
+            what = "crashed" if ev.event == "crash" else f"{ev.event} {_what(ev)}"
+            self._report(
+                "inert",
+                ev,
+                f"{what} stamped before its previous event at t={node.last_time}"
+                + (" (it acted after crashing)" if ev.event == "crash" else ""),
+            )
+        node.last_time = max(node.last_time, ev.time)
+        if node.up or ev.event in ("crash", "recover"):
+            return True
+        self._report(
+            "inert", ev, f"{ev.event} {_what(ev)} while crashed (since t={node.crashed_at})"
+        )
+        return False
 
     def _report(self, kind: str, ev: TraceEvent, detail: str) -> None:
         self._found.append(Violation(kind, ev.node, ev.topic, f"{detail} (at t={ev.time})"))
@@ -313,6 +359,7 @@ class TraceChecker:
             self._report("malformed", ev, f"{ev.event} of a node that is already so")
         elif crash:
             node.crash()
+            node.crashed_at = ev.time
         else:
             node.recover()
 
@@ -333,6 +380,7 @@ class TraceChecker:
         self._pubs[key] = _Publication(ev.time, ev.node, dict(known), node.life)
         self._pub_topic[(ev.source, ev.seq)] = ev.topic
         known[(ev.source, node.life)] = ev.seq
+        node.cause.setdefault(ev.topic, {})[(ev.source, node.life)] = (ev.source, ev.seq)
         node.own_pending.setdefault(ev.topic, {})[ev.seq] = False
         return self._blocked.pop((ev.source, ev.seq), [])
 
@@ -361,11 +409,27 @@ class TraceChecker:
             self._report("fifo", ev, f"delivered {what} after ({src}, {last})")
         node.last_seq[(topic, stream)] = max(seq, last if last is not None else seq)
         known = node.known.setdefault(topic, {})
+        cause = node.cause.setdefault(topic, {})
         if self._precedes_delivered(node, ev, pub, known):
-            self._report("causal", ev, f"delivered {what} after a publication it precedes")
+            self._report("causal", ev, f"delivered {what} {self._late(node, ev, cause, stream)}")
         if not _covers(known, stream, seq):
-            _merge(known, pub.past)
+            _merge(known, pub.past, cause, (src, seq))
             known[stream] = seq
+            cause[stream] = (src, seq)
+
+    @staticmethod
+    def _late(
+        node: _Node, ev: TraceEvent, cause: dict[Stream, tuple[int, int]], stream: Stream
+    ) -> str:
+        """Why a delivery is too late: the publication here whose past holds it."""
+        by = cause.get(stream)
+        if by is None or by[0] == ev.source:
+            return "after its own publication that follows it (it waited for nothing)"
+        mine = "published" if by[0] == ev.node else "delivered"
+        return (
+            f"after it {mine} {by}, which causally follows it: "
+            f"{by} should have waited for ({ev.source}, {ev.seq})"
+        )
 
     @staticmethod
     def _precedes_delivered(
