@@ -720,6 +720,8 @@ class Node:
         self._revocation_seen: tuple[int, int] | None = None
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
+        self._detecting = trio.CancelScope()
+        """The detector loop; cancelled when the node starts leaving."""
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
         self.stats: dict[str, int] = dict.fromkeys(
@@ -1473,6 +1475,10 @@ class Node:
         suspicion takes ``timeout`` per attempt, not a round."""
         det = self.detector
         assert det is not None
+        with self._detecting:
+            await self._detect_rounds(det)
+
+    async def _detect_rounds(self, det: Detector) -> None:
         interval = self.config.detector_interval
         next_round = trio.current_time()
         while True:
@@ -1624,6 +1630,7 @@ class Node:
         behind whatever is queued for it (so they do not suspect it)."""
         if self.detector is None:
             return
+        self._detecting.cancel()  # a leaving node accuses nobody (its view no longer matters)
         leave = Leave(self.incarnation)
         for node in list(self._alive):
             self._link(node).put_control(leave)
