@@ -91,6 +91,23 @@ def _last_lives(trace: Sequence[TraceEvent]) -> list[TraceEvent]:
     return [e for e in trace if e.time >= restart.get(e.node, -1.0)]
 
 
+def _one_publisher(
+    tmp_path: Path, stype: str, count: int, rate: float, duration: float, *, settle: float
+) -> tuple[list[NodeRun], list[subprocess.Popen[bytes]]]:
+    """Five mDNS nodes on ``chat``: node 0 publishes ``count`` after ``settle``
+    seconds, the others only subscribe (after 3 s)."""
+    nodes = make_fleet(tmp_path, [Role("chat")] * 5, psk=True)
+    procs = []
+    for n in nodes:
+        publishes = n.index == 0
+        argv = _argv(
+            n, "--service-type", stype, "--settle", str(settle) if publishes else "3",
+            count=count if publishes else 0, rate=rate, duration=duration,
+        )  # fmt: skip
+        procs.append(_start(n, tmp_path, argv))
+    return nodes, procs
+
+
 def _check(nodes: Sequence[NodeRun], plan: Plan) -> None:
     problems = _health(nodes) + trace_problems(load_traces(nodes), plan)
     assert not problems, "\n".join(problems) + "\n" + tails(nodes)
@@ -101,17 +118,8 @@ def test_spoofed_goodbyes_evict_nobody(tmp_path: Path) -> None:
     member's service, five times a second, during a 600-message publication:
     a goodbye is a hint (a probe), never an eviction, so nothing is lost."""
     count, rate, duration = 600, 40.0, 40.0
-    roles = [Role("chat")] * 5
-    nodes = make_fleet(tmp_path, roles, psk=True)
     stype = _service_type()
-    procs = []
-    for n in nodes:
-        publishes = n.index == 0
-        argv = _argv(
-            n, "--service-type", stype, "--settle", "8" if publishes else "3",
-            count=count if publishes else 0, rate=rate, duration=duration,
-        )  # fmt: skip
-        procs.append(_start(n, tmp_path, argv))
+    nodes, procs = _one_publisher(tmp_path, stype, count, rate, duration, settle=8)
     time.sleep(5)
     spoof = subprocess.run(
         [sys.executable, str(HERE / "_outsider.py"), "goodbyes", "127.0.0.1", stype, "20"],
@@ -191,17 +199,7 @@ def test_stalled_node_comes_back_once_and_resubscribes(tmp_path: Path) -> None:
     again, and it delivers everything published after that; no restart loop,
     and the others lose nothing."""
     count, rate, duration = 500, 20.0, 40.0
-    roles = [Role("chat")] * 5
-    nodes = make_fleet(tmp_path, roles, psk=True)
-    stype = _service_type()
-    procs = []
-    for n in nodes:
-        publishes = n.index == 0
-        argv = _argv(
-            n, "--service-type", stype, "--settle", "6" if publishes else "3",
-            count=count if publishes else 0, rate=rate, duration=duration,
-        )  # fmt: skip
-        procs.append(_start(n, tmp_path, argv))
+    nodes, procs = _one_publisher(tmp_path, _service_type(), count, rate, duration, settle=6)
     stalled = nodes[3]
     time.sleep(14)
     procs[3].send_signal(signal.SIGSTOP)
