@@ -703,8 +703,6 @@ class Node:
             resync=_DIGEST_RESYNC * config.detector_interval,
         )
         """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
-        self._stall_logged = -float("inf")
-        self._refusal_logged = -float("inf")
         self.quiet = Quiet(log)
         """Expected network failures: one warning per cause and peer per 10 s."""
         self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
@@ -1269,15 +1267,13 @@ class Node:
     def _refuse(self, host: str, why: str) -> None:
         """Count a refused or evicted connection; one log line per 10 s, however many."""
         self.stats["refused_connections"] += 1
-        now = trio.current_time()
-        if now - self._refusal_logged >= 10.0:
-            self._refusal_logged = now
-            log.warning(
-                "refusing connections (%d so far), e.g. from %s: %s",
-                self.stats["refused_connections"],
-                host,
-                why,
-            )
+        self.quiet.warn(
+            ("refused", None),
+            "refusing connections (%d so far), e.g. from %s: %s",
+            self.stats["refused_connections"],
+            host,
+            why,
+        )
 
     async def _read_frames(self, messages: Messages, session: SecureSession) -> None:
         """Decode, check and hand every packet to the core, in arrival order.
@@ -1512,11 +1508,12 @@ class Node:
         now = trio.current_time()
         moved = det.resumed(now)
         self.stats["loop_stalls"] += 1
-        if now - self._stall_logged >= 10.0:
-            self._stall_logged = now
-            log.warning(
-                "this node stalled %.2f s: %d probes given more time, nobody accused", lag, moved
-            )
+        self.quiet.warn(
+            ("stalled", None),
+            "this node stalled %.2f s: %d probes given more time, nobody accused",
+            lag,
+            moved,
+        )
 
     def _detector_flush(self, now: float) -> None:
         """Report the peers heard from since the last report.
