@@ -62,8 +62,11 @@ def record_incarnation(record: bytes, issued_at: int) -> int:
     return fallback
 
 
-def detector_config(interval: float, timeout: float | None, attempts: int) -> DetectorConfig:
-    """The detector settings of ``NodeConfig`` (``timeout=None``: the interval).
+def detector_config(
+    interval: float, timeout: float | None, attempts: int, stretch: float = 1.0
+) -> DetectorConfig:
+    """The detector settings of ``NodeConfig`` (``timeout=None``: the interval;
+    ``stretch``: how many times the timeout a loaded host may give a probe).
 
     The runtime expires probes at their deadline, so the timeout is what a
     peer gets to answer each attempt.  One interval is what it got when probes
@@ -71,10 +74,9 @@ def detector_config(interval: float, timeout: float | None, attempts: int) -> De
     made detection faster without shortening that (a shorter timeout detects
     faster still, and tolerates shorter stalls).
     """
+    base = interval if timeout is None else timeout
     return DetectorConfig(
-        interval=interval,
-        timeout=interval if timeout is None else timeout,
-        attempts=attempts,
+        interval=interval, timeout=base, attempts=attempts, max_timeout=base * stretch
     )
 
 

@@ -195,6 +195,11 @@ class NodeConfig:
     detector_attempts: int = 2
     """Probes in a row that must go unanswered before a suspicion (2: one
     delayed probe or reply on a busy host is not a false suspicion)."""
+    detector_stretch: float = 8.0
+    """How far a probe's timeout may stretch on a loaded host: up to this many
+    times ``detector_timeout``, following measured round trips and evidence
+    of false suspicions (Lifeguard's local health; ``vcube._timing``).  1
+    keeps every timeout fixed."""
 
     def __post_init__(self) -> None:
         if self.overflow not in ("drop", "backpressure"):
@@ -228,8 +233,15 @@ class NodeConfig:
             value = getattr(self, name)
             if value < 0 or (name in positive and value == 0):
                 raise NodeError(f"{name} must be positive, got {value}")
+        if not self.detector_stretch >= 1:  # also refuses NaN
+            raise NodeError(f"detector_stretch must be >= 1, got {self.detector_stretch}")
         try:
-            detector_config(self.detector_interval, self.detector_timeout, self.detector_attempts)
+            detector_config(
+                self.detector_interval,
+                self.detector_timeout,
+                self.detector_attempts,
+                self.detector_stretch,
+            )
         except DetectorError as exc:
             raise NodeError(f"detector settings: {exc}") from None
         timeout = self.detector_timeout
@@ -688,7 +700,10 @@ class Node:
         """The failure detector (``NodeConfig.detector``)."""
         if config.detector:
             dcfg = detector_config(
-                config.detector_interval, config.detector_timeout, config.detector_attempts
+                config.detector_interval,
+                config.detector_timeout,
+                config.detector_attempts,
+                config.detector_stretch,
             )
             self.detector = Detector(self.id, self.incarnation, config=dcfg)
         self._alive: set[int] = set()

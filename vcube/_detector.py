@@ -116,6 +116,16 @@ reply per round; when data covers a link in both directions it costs only the
 piggybacked version (1 to 3 bytes per data frame).  Each change costs one push
 wave, ``N - 1`` pushes of ~25 bytes, plus the pulls that would carry it anyway.
 
+Adaptive timeouts
+-----------------
+With ``max_timeout`` above ``timeout`` (the runtime's default), each probe
+gets its own timeout from :mod:`vcube._timing`: round-trip estimates per node
+(RFC 6298), a conservative first one for a node never answered yet, and
+Lifeguard's local health multiplier, raised by evidence of false suspicions
+(a suspected node heard from, or back right after; this node suspected
+itself) and lowered after calm rounds.  Read ``timeout`` below as "the
+probe's timeout", which stays within ``[timeout, max_timeout]``.
+
 Guarantees (no message loss)
 ----------------------------
 * **Accuracy**: a node is suspected only when ``attempts`` probes in a row to
@@ -130,7 +140,8 @@ Guarantees (no message loss)
   it at the latest at its second tick after the crashed node's last message
   arrived (at once on the transport's hint) and suspects it ``attempts``
   timeouts later with expiry at deadlines (``attempts`` rounds with expiry at
-  ticks, ``timeout <= interval``).  The suspicion is then pushed down its
+  ticks, ``timeout <= interval``); with adaptive timeouts, at most
+  ``attempts * max_timeout`` later.  The suspicion is then pushed down its
   tree: with one crash and agreeing views, every correct node knows it one
   tree walk (depth times the one-way delay) later.  ``tests/test_detector.py``
   asserts ``2 + (delta + attempts * timeout + depth * delta) / interval``
@@ -154,6 +165,7 @@ from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
 
 from vcube._errors import DetectorError, RemoteDetectorError
+from vcube._timing import ProbeTimeouts
 from vcube._topology import ID_BITS, MAX_ID, cluster, partition_sorted
 
 _EPS = 1e-9
@@ -183,6 +195,10 @@ class DetectorConfig:
     max_entries: int = 4096
     attempts: int = 1
     push: bool = True
+    max_timeout: float | None = None
+    """Adaptive timeouts (:mod:`vcube._timing`): a probe's timeout follows the
+    measured round trips and the local health score, between ``timeout`` and
+    this.  ``None`` (or ``timeout``): every probe gets exactly ``timeout``."""
 
     def __post_init__(self) -> None:
         for name in ("interval", "timeout"):
@@ -197,6 +213,14 @@ class DetectorConfig:
                 raise DetectorError(f"{name} must be an integer >= 1, got {value!r}")
         if type(self.push) is not bool:
             raise DetectorError(f"push must be a bool, got {self.push!r}")
+        top = self.max_timeout
+        if top is not None and (
+            isinstance(top, bool)
+            or not isinstance(top, int | float)
+            or not math.isfinite(top)
+            or top < self.timeout
+        ):
+            raise DetectorError(f"max_timeout must be a number >= timeout, got {top!r}")
 
 
 # ----------------------------------------------------------------- messages --
@@ -449,13 +473,15 @@ def _check_entries(entries: object, max_entries: int) -> None:
 @dataclass(frozen=True, slots=True)
 class _Pending:
     """An unanswered probe: its round, send time, the target's incarnation it
-    was meant for, the sync epoch it was sent in and which attempt it is."""
+    was meant for, the sync epoch it was sent in, which attempt it is and how
+    long it may go unanswered."""
 
     round: int
     sent: float
     target: int
     epoch: int
     attempt: int
+    timeout: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,6 +534,7 @@ class Detector:
         "_stamp",
         "_stats",
         "_sync",
+        "_timeouts",
         "_version",
         "_view",
     )
@@ -534,6 +561,8 @@ class Detector:
         self._previous: frozenset[int] = frozenset()
         self._stats = [0] * (_PUSHES + 1)
         self._news: list[int] = []
+        cfg = self._cfg
+        self._timeouts = ProbeTimeouts(cfg.timeout, cfg.max_timeout or cfg.timeout)
 
     def __repr__(self) -> str:
         return (
@@ -567,6 +596,15 @@ class Detector:
     def stats(self) -> DetectorStats:
         """Cumulative counters (see :class:`DetectorStats`)."""
         return DetectorStats(*self._stats)
+
+    @property
+    def health(self) -> int:
+        """The local health score (0: healthy); see :mod:`vcube._timing`."""
+        return self._timeouts.health
+
+    def timeout_for(self, node: int) -> float:
+        """The timeout a probe to ``node`` leaving now would get."""
+        return self._timeouts.timeout(node)
 
     def entry(self, node: int) -> tuple[int, int] | None:
         """``(incarnation, counter)`` known for ``node``, or ``None`` if unknown."""
@@ -624,6 +662,7 @@ class Detector:
         del self._entries[node]
         for table in (self._stamp, self._pending, self._sync, self._heard, self._heard_at):
             table.pop(node, None)
+        self._timeouts.forget(node)
         if not known[1] & 1:
             del self._correct[bisect_left(self._correct, node)]
         self._invalidate_view()
@@ -656,6 +695,7 @@ class Detector:
             raise DetectorError(f"time went backwards: {now} < {self._last_tick}")
         out = self._expire(now)
         self._round += 1
+        self._timeouts.round()
         view = self._current_view()
         for node in view.monitored:
             if self._needs_probe(node, view):
@@ -676,7 +716,7 @@ class Detector:
         """
         if not self._pending:
             return None
-        return min(p.sent for p in self._pending.values()) + self._cfg.timeout
+        return min(p.sent + p.timeout for p in self._pending.values())
 
     def resumed(self, now: float) -> int:
         """The driver was not running for a while before ``now`` (its event loop
@@ -689,10 +729,10 @@ class Detector:
         Accuracy only gains; completeness is delayed by at most half a
         timeout per stall.
         """
-        floor = now - self._cfg.timeout / 2
         moved = 0
         for node, p in list(self._pending.items()):
             answered = self._heard_at.get(node, -math.inf) > p.sent
+            floor = now - p.timeout / 2
             if p.sent < floor and not answered:
                 self._pending[node] = replace(p, sent=floor)
                 moved += 1
@@ -766,7 +806,7 @@ class Detector:
         elif isinstance(msg, Push):
             self._forward(sender, msg, out)
         else:
-            self._take(sender, msg, out)
+            self._take(sender, msg, now, out)
         self._push_news(out)
         return out
 
@@ -821,7 +861,8 @@ class Detector:
         """A probe to ``node``, recorded as pending."""
         target = self._entries[node][0]
         since = self._synced(node) or 0
-        self._pending[node] = _Pending(self._round, now, target, self._epoch, attempt)
+        timeout = self._timeouts.timeout(node)
+        self._pending[node] = _Pending(self._round, now, target, self._epoch, attempt, timeout)
         self._stats[_PROBES] += 1
         msg = Probe(
             round=self._round,
@@ -837,9 +878,8 @@ class Detector:
         the last attempt, probe them again) unless they were heard from after
         the probe left or changed incarnation meanwhile.  Pushes nothing."""
         out: list[DetectorOutput] = []
-        limit = self._cfg.timeout - _EPS
         for node, p in list(self._pending.items()):
-            if now - p.sent < limit:
+            if now - p.sent < p.timeout - _EPS:
                 continue
             del self._pending[node]
             inc, counter = self._entries[node]
@@ -883,12 +923,15 @@ class Detector:
             round=probe.round, incarnation=self.incarnation, version=version, entries=tuple(picked)
         )
 
-    def _take(self, sender: int, reply: Reply, out: list[DetectorOutput]) -> None:
+    def _take(self, sender: int, reply: Reply, now: float, out: list[DetectorOutput]) -> None:
         """Merge a reply; if it answers our pending probe (same round, same sync
-        epoch), we now hold the sender's state up to ``reply.version``."""
+        epoch), we now hold the sender's state up to ``reply.version``, and an
+        answered first attempt is a round-trip sample."""
         p = self._pending.get(sender)
         if p is not None and p.round == reply.round and sender in self._entries:
             del self._pending[sender]
+            if p.attempt == 1:  # Karn: a retried probe's answer is ambiguous
+                self._timeouts.sample(sender, now - p.sent)
             if p.epoch == self._epoch and reply.incarnation == self._entries[sender][0]:
                 self._sync[sender] = (reply.incarnation, reply.version)
         self._stats[_RECEIVED] += len(reply.entries)
@@ -950,6 +993,8 @@ class Detector:
         """Someone holds a newer entry about us: we were suspected (refute with
         the next even counter) or a newer incarnation of our id exists."""
         inc, counter = self._entries[self._me]
+        if (e.incarnation, e.counter) > (inc, counter):
+            self._timeouts.false_suspicion()  # we were suspected, and we are alive
         if e.incarnation > inc:
             out.append(SelfSuspected(e.incarnation, e.counter))
         elif e.incarnation == inc and e.counter > counter:
@@ -966,6 +1011,8 @@ class Detector:
         old = self._entries[node]
         self._entries[node] = new
         self._bump(node)
+        if old[1] & 1 and (new[0] != old[0] or not new[1] & 1):
+            self._timeouts.false_suspicion()  # a suspected node is back: likely never down
         if news:
             self._news.append(node)
         if new[1] & 1 != old[1] & 1:
@@ -978,6 +1025,7 @@ class Detector:
         if new[0] != old[0]:
             self._pending.pop(node, None)
             self._sync.pop(node, None)
+            self._timeouts.forget(node)
             out.append(Restarted(node, old[0], new[0]))
             if new[1] & 1:
                 out.append(Suspected(node, new[0]))

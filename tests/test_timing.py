@@ -1,0 +1,186 @@
+"""Adaptive probe timeouts (:mod:`vcube._timing`) and the detector using them.
+
+The estimator is checked against RFC 6298's arithmetic, the bounds as a
+Hypothesis property over any sequence of samples, evidence, rounds and
+restarts, and the detector end to end: a slow but live node is not suspected
+where a fixed timeout suspects it, and a crashed node still is, within
+``attempts * max_timeout`` of the probe that found it silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vcube import Detector, DetectorConfig, DetectorError, Probe, Reply, SendDetector, Suspected
+from vcube._timing import ProbeTimeouts, RttEstimate
+
+
+def test_rtt_estimate_follows_rfc_6298() -> None:
+    est = RttEstimate.first(0.4)
+    assert (est.srtt, est.rttvar) == (0.4, 0.2)
+    assert est.rto() == pytest.approx(1.2)
+    est.add(0.8)  # rttvar from the old srtt: 3/4 * 0.2 + 1/4 * 0.4; srtt 7/8 * 0.4 + 1/8 * 0.8
+    assert est.rttvar == pytest.approx(0.25)
+    assert est.srtt == pytest.approx(0.45)
+
+
+def test_fixed_when_the_ceiling_is_the_base() -> None:
+    t = ProbeTimeouts(1.0, 1.0)
+    t.sample(7, 5.0)
+    t.false_suspicion()
+    assert not t.adaptive
+    assert t.timeout(7) == t.timeout(8) == 1.0
+
+
+def test_first_timeout_is_conservative_then_follows_samples() -> None:
+    t = ProbeTimeouts(1.0, 8.0)
+    assert t.timeout(7) == 4.0  # no sample: half the ceiling
+    t.sample(7, 0.001)
+    assert t.timeout(7) == 1.0  # a fast peer: the base
+    for _ in range(20):
+        t.sample(7, 3.0)
+    assert 3.0 < t.timeout(7) <= 8.0  # a slow peer: stretched, capped
+    assert t.timeout(9) >= t.timeout(7) * 0.5  # a new peer: at least the fleet's estimate
+    t.forget(7)
+    assert t.timeout(7) == t.timeout(9)  # a restarted peer starts over
+
+
+def test_health_multiplies_and_recovers_after_calm_rounds() -> None:
+    t = ProbeTimeouts(1.0, 8.0, calm_rounds=5)
+    t.sample(7, 0.001)
+    t.false_suspicion()
+    t.false_suspicion()
+    assert (t.health, t.timeout(7)) == (2, 3.0)
+    for _ in range(4):
+        t.round()
+    assert t.health == 2  # not yet a calm stretch
+    t.round()
+    assert t.health == 1
+    for _ in range(5):
+        t.round()
+    assert (t.health, t.timeout(7)) == (0, 1.0)
+    for _ in range(20):
+        t.false_suspicion()
+    assert t.health == 8
+    assert t.timeout(7) == 8.0
+
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("sample"), st.integers(0, 3), st.floats(0, 100)),
+        st.tuples(st.just("evidence"), st.just(0), st.just(0.0)),
+        st.tuples(st.just("round"), st.just(0), st.just(0.0)),
+        st.tuples(st.just("forget"), st.integers(0, 3), st.just(0.0)),
+    ),
+    max_size=60,
+)
+
+
+@given(
+    ops=_ops,
+    base=st.floats(0.01, 5),
+    stretch=st.floats(1, 20),
+)
+def test_timeouts_stay_within_base_and_ceiling(
+    ops: list[tuple[str, int, float]], base: float, stretch: float
+) -> None:
+    t = ProbeTimeouts(base, base * stretch)
+    for op, node, value in ops:
+        if op == "sample":
+            t.sample(node, value)
+        elif op == "evidence":
+            t.false_suspicion()
+        elif op == "round":
+            t.round()
+        else:
+            t.forget(node)
+        assert 0 <= t.health <= t.max_health
+        for n in range(5):
+            assert base <= t.timeout(n) <= base * stretch + 1e-12
+
+
+# ------------------------------------------------------------ in the detector --
+
+
+def _pair(max_timeout: float | None) -> tuple[Detector, Detector]:
+    cfg = DetectorConfig(interval=1.0, timeout=1.0, attempts=1, max_timeout=max_timeout)
+    a, b = Detector(1, 1, config=cfg), Detector(2, 1, config=cfg)
+    a.join(2, 1, 0.0)
+    b.join(1, 1, 0.0)
+    return a, b
+
+
+def _probe_to(outs: Sequence[object], dest: int) -> Probe:
+    (probe,) = [
+        o.msg
+        for o in outs
+        if isinstance(o, SendDetector) and o.dest == dest and isinstance(o.msg, Probe)
+    ]
+    return probe
+
+
+def _answer(a: Detector, b: Detector, probe: Probe, at: float) -> None:
+    """``b`` answers ``a``'s probe, and the answer reaches ``a`` at ``at``."""
+    for o in b.receive(1, probe, at):
+        if isinstance(o, SendDetector) and isinstance(o.msg, Reply):
+            a.receive(2, o.msg, at)
+
+
+def test_a_slow_live_node_is_not_suspected_where_a_fixed_timeout_suspects_it() -> None:
+    fixed, _ = _pair(None)
+    adaptive, b = _pair(8.0)
+    _probe_to(fixed.tick(0.0), 2)
+    assert Suspected(2, 1) in fixed.expire(1.0)
+    probe = _probe_to(adaptive.tick(0.0), 2)
+    assert adaptive.deadline() == 4.0
+    assert adaptive.expire(3.0) == []
+    _answer(adaptive, b, probe, 3.0)  # answered after 3 s: a sample
+    assert adaptive.correct() == {1, 2}
+    assert adaptive.timeout_for(2) == 8.0  # srtt 3 + 4 * rttvar 1.5, capped
+
+
+def _ticks(a: Detector, b: Detector | None, times: list[float], delay: float) -> None:
+    """``a`` ticks at ``times``; ``b`` answers each probe ``delay`` later
+    (``None``: ``b`` has crashed and answers nothing)."""
+    for now in times:
+        outs = a.tick(now)
+        for o in outs:
+            if b is not None and isinstance(o, SendDetector) and isinstance(o.msg, Probe):
+                _answer(a, b, o.msg, now + delay)
+
+
+def test_a_crashed_node_is_suspected_within_attempts_times_the_ceiling() -> None:
+    a, b = _pair(8.0)
+    _ticks(a, b, [5.0 * k for k in range(12)], 2.5)  # a history of slow answers
+    assert 1.0 < a.timeout_for(2) <= 8.0
+    sent = 60.0  # b crashed: tick until a probe finds it silent
+    while a.deadline() is None:
+        sent += 1.0
+        a.tick(sent)
+    due = a.deadline()
+    assert due is not None
+    assert sent < due <= sent + 8.0
+    assert a.expire(due - 0.01) == []
+    assert Suspected(2, 1) in a.expire(due)
+
+
+def test_false_suspicion_evidence_raises_health() -> None:
+    a, b = _pair(8.0)
+    _answer(a, b, _probe_to(a.tick(0.0), 2), 0.001)
+    assert a.timeout_for(2) == 1.0
+    a.tick(1.0)
+    probe = _probe_to(a.tick(2.0), 2)
+    assert a.deadline() == 3.0
+    assert Suspected(2, 1) in a.expire(3.0)
+    _answer(a, b, probe, 3.5)  # b was alive all along: a correction
+    assert a.health == 1
+    assert a.timeout_for(2) == 2.0
+
+
+def test_max_timeout_below_timeout_is_refused() -> None:
+    with pytest.raises(DetectorError, match="max_timeout"):
+        DetectorConfig(timeout=1.0, max_timeout=0.5)
