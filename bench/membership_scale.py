@@ -150,7 +150,8 @@ def _run(
                 if procs[-1].poll() is None:
                     procs[-1].kill()  # SIGKILL: no leave, the detector must find it
                     killed = time.time()
-            time.sleep(min(CPU_EVERY, max(0.05, kill_at - time.monotonic())))
+            pause = max(0.05, kill_at - time.monotonic()) if to_kill else CPU_EVERY
+            time.sleep(min(CPU_EVERY, pause))
         codes: list[int | None] = []
         for p in procs:
             try:
@@ -181,9 +182,10 @@ def _traces(dirs: list[Path]) -> list[TraceEvent]:
     return events
 
 
-def _deliveries(trace: list[TraceEvent], n: int) -> dict[str, Any]:
+def _deliveries(trace: list[TraceEvent], n: int, killed: bool) -> dict[str, Any]:
     """Per subscriber, the publications of node 0 made after its last confirmed
-    subscription, and how many of those it delivered."""
+    subscription, and how many of those it delivered.  The ``killed`` last
+    node is reported apart: what was in flight when it died is not owed."""
     published = [(e.seq, e.time) for e in trace if e.event == "publish" and e.node == 0]
     confirmed: dict[int, float] = {}
     got: dict[int, set[int]] = {i: set() for i in range(n)}
@@ -193,15 +195,20 @@ def _deliveries(trace: list[TraceEvent], n: int) -> dict[str, Any]:
         elif e.event == "deliver" and e.source == 0 and e.seq is not None:
             got[e.node].add(e.seq)
     owed = {i: {s for s, t in published if t > confirmed.get(i, float("inf"))} for i in range(n)}
-    short = {i: len(owed[i] - got[i]) for i in range(n) if owed[i] - got[i]}
+    victim = {}
+    if killed:
+        victim = {"killed_node_delivered": len(got.pop(n - 1)), "of": len(owed.pop(n - 1))}
+    short = {i: len(owed[i] - got[i]) for i in owed if owed[i] - got[i]}
     return {
+        **victim,
         "published": len(published),
         "subscribers_confirmed": len(confirmed),
         "owed": sum(len(o) for o in owed.values()),
-        "delivered_of_owed": sum(len(owed[i] & got[i]) for i in range(n)),
+        "delivered_of_owed": sum(len(owed[i] & got[i]) for i in owed),
         "delivered_total": sum(len(g) for g in got.values()),
-        "possible_total": len(published) * n,
+        "possible_total": len(published) * len(owed),
         "subscribers_missing_some": len(short),
+        "missing_by_node": short,
         "never_confirmed": sorted(set(range(n)) - set(confirmed)),
     }
 
@@ -294,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             "exit_codes": dict(Counter(str(c) for c in codes)),
             "logs": _logs(dirs, killed),
             "detection_of_a_sigkill": _detection(dirs, killed),
-            "deliveries": _deliveries(trace, args.nodes),
+            "deliveries": _deliveries(trace, args.nodes, killed is not None),
             "trace_violations": len(violations),
             "trace_violations_first": format_violations(violations, limit=5) if violations else "",
             "cores_used_every_5s": _cores_used(cpu),

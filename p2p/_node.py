@@ -1773,7 +1773,8 @@ async def _open_node(
         if node.detector is not None:
             nursery.start_soon(node._detect)
         for seed in cfg.seeds:
-            nursery.start_soon(node._seed, seed)
+            if not _names_self(seed, cfg.interface, node.port):
+                nursery.start_soon(node._seed, seed)
         if cfg.telemetry_dir is not None:
             node.recorder = _open_recorder(node, cfg)
             node._follow_wall_clock()
@@ -1818,6 +1819,15 @@ async def _open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
+
+
+def _names_self(seed: str, interface: str, port: int) -> bool:
+    """Whether ``seed`` is this node's own listening address (a fleet started
+    with one seed list gives the seed its own address): dialling it would
+    only cost a handshake with itself every ``seed_interval``."""
+    host, seed_port = parse_address(seed)
+    anywhere = interface in ("0.0.0.0", "::", "")
+    return seed_port == port and (host == interface or (anywhere and is_loopback(host)))
 
 
 def _settle_heap() -> None:

@@ -456,3 +456,13 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
     assert (topic["deliveries"], topic["held"]) == (3, 2)
     assert topic["holdback"][bucket(250.0)] == 2
     assert sum(topic["latency"][: bucket(250.0) + 1]) == 3  # stamps are a wall-clock moment old
+
+
+def test_a_seed_naming_the_node_itself_is_skipped() -> None:
+    from p2p._node import _names_self
+
+    assert _names_self("127.0.0.1:4000", "127.0.0.1", 4000)
+    assert _names_self("127.0.0.1:4000", "0.0.0.0", 4000)
+    assert not _names_self("127.0.0.1:4001", "127.0.0.1", 4000)
+    assert not _names_self("10.0.0.2:4000", "10.0.0.1", 4000)
+    assert not _names_self("10.0.0.2:4000", "0.0.0.0", 4000)

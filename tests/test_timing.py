@@ -184,3 +184,48 @@ def test_false_suspicion_evidence_raises_health() -> None:
 def test_max_timeout_below_timeout_is_refused() -> None:
     with pytest.raises(DetectorError, match="max_timeout"):
         DetectorConfig(timeout=1.0, max_timeout=0.5)
+
+
+def _trio(max_timeout: float | None) -> Detector:
+    """Node 0 of a fleet {0, 1, 2} (one per cluster of node 0, so both are
+    probed each round) whose first probes were answered quickly."""
+    cfg = DetectorConfig(interval=1.0, timeout=1.0, attempts=1, max_timeout=max_timeout)
+    a = Detector(0, 1, config=cfg)
+    peers = {j: Detector(j, 1, config=cfg) for j in (1, 2)}
+    for j, b in peers.items():
+        a.join(j, 1, 0.0)
+        b.join(0, 1, 0.0)
+    for o in a.tick(0.0):
+        if isinstance(o, SendDetector) and isinstance(o.msg, Probe):
+            for r in peers[o.dest].receive(0, o.msg, 0.01):
+                if isinstance(r, SendDetector):
+                    a.receive(o.dest, r.msg, 0.01)
+    return a
+
+
+def _silence(a: Detector, start: float) -> tuple[float, list[object]]:
+    """Tick until probes are pending, then expire them at their deadline."""
+    now = start
+    while a.deadline() is None:
+        now += 1.0
+        a.tick(now)
+    due = a.deadline()
+    assert due is not None
+    return due, list(a.expire(due))
+
+
+def test_several_suspicions_at_once_make_the_node_doubt_itself_once() -> None:
+    a = _trio(8.0)
+    due, first = _silence(a, 1.0)
+    assert [o for o in first if isinstance(o, Suspected)] == []  # spared, probed again
+    assert a.health == 1
+    second = a.deadline()
+    assert second is not None
+    assert second > due
+    assert {o.node for o in a.expire(second) if isinstance(o, Suspected)} == {1, 2}
+
+
+def test_without_adaptive_timeouts_there_is_no_self_doubt() -> None:
+    a = _trio(None)
+    _, first = _silence(a, 1.0)
+    assert {o.node for o in first if isinstance(o, Suspected)} == {1, 2}

@@ -123,8 +123,11 @@ gets its own timeout from :mod:`vcube._timing`: round-trip estimates per node
 (RFC 6298), a conservative first one for a node never answered yet, and
 Lifeguard's local health multiplier, raised by evidence of false suspicions
 (a suspected node heard from, or back right after; this node suspected
-itself) and lowered after calm rounds.  Read ``timeout`` below as "the
-probe's timeout", which stays within ``[timeout, max_timeout]``.
+itself) and lowered after calm rounds.  Also Lifeguard's self-doubt: when
+one expiry would suspect several nodes at once, the prober is the likelier
+culprit, so it raises its score and probes each of them once more first.
+Read ``timeout`` below as "the probe's timeout", which stays within
+``[timeout, max_timeout]``; a suspicion may take one attempt more.
 
 Guarantees (no message loss)
 ----------------------------
@@ -141,7 +144,7 @@ Guarantees (no message loss)
   arrived (at once on the transport's hint) and suspects it ``attempts``
   timeouts later with expiry at deadlines (``attempts`` rounds with expiry at
   ticks, ``timeout <= interval``); with adaptive timeouts, at most
-  ``attempts * max_timeout`` later.  The suspicion is then pushed down its
+  ``(attempts + 1) * max_timeout`` later.  The suspicion is then pushed down its
   tree: with one crash and agreeing views, every correct node knows it one
   tree walk (depth times the one-way delay) later.  ``tests/test_detector.py``
   asserts ``2 + (delta + attempts * timeout + depth * delta) / interval``
@@ -474,7 +477,8 @@ def _check_entries(entries: object, max_entries: int) -> None:
 class _Pending:
     """An unanswered probe: its round, send time, the target's incarnation it
     was meant for, the sync epoch it was sent in, which attempt it is and how
-    long it may go unanswered."""
+    long it may go unanswered, and whether it is the extra attempt of
+    self-doubt."""
 
     round: int
     sent: float
@@ -482,6 +486,7 @@ class _Pending:
     epoch: int
     attempt: int
     timeout: float
+    spared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -857,12 +862,17 @@ class Detector:
         sync = self._sync.get(node)
         return sync[1] if sync is not None and sync[0] == self._entries[node][0] else None
 
-    def _probe(self, node: int, now: float, attempt: int = 1) -> SendDetector:
-        """A probe to ``node``, recorded as pending."""
+    def _probe(
+        self, node: int, now: float, attempt: int = 1, *, spared: bool = False
+    ) -> SendDetector:
+        """A probe to ``node``, recorded as pending (``spared``: the extra
+        attempt of self-doubt, see :meth:`_expire`)."""
         target = self._entries[node][0]
         since = self._synced(node) or 0
         timeout = self._timeouts.timeout(node)
-        self._pending[node] = _Pending(self._round, now, target, self._epoch, attempt, timeout)
+        self._pending[node] = _Pending(
+            self._round, now, target, self._epoch, attempt, timeout, spared
+        )
         self._stats[_PROBES] += 1
         msg = Probe(
             round=self._round,
@@ -874,10 +884,17 @@ class Detector:
         return SendDetector(node, msg)
 
     def _expire(self, now: float) -> list[DetectorOutput]:
-        """Drop probes older than ``timeout``; suspect their targets (or, before
-        the last attempt, probe them again) unless they were heard from after
-        the probe left or changed incarnation meanwhile.  Pushes nothing."""
+        """Drop probes older than their timeout; suspect their targets (or,
+        before the last attempt, probe them again) unless they were heard from
+        after the probe left or changed incarnation meanwhile.  Pushes nothing.
+
+        With adaptive timeouts, Lifeguard's self-doubt: when several nodes
+        would be suspected at once, this node is the likelier culprit (its
+        answers unread behind a busy loop), so it raises its health score and
+        probes each of them once more before suspecting it (never twice, so a
+        crash is still suspected, one timeout later)."""
         out: list[DetectorOutput] = []
+        due: list[tuple[int, _Pending]] = []
         for node, p in list(self._pending.items()):
             if now - p.sent < p.timeout - _EPS:
                 continue
@@ -888,6 +905,15 @@ class Detector:
             if p.attempt < self._cfg.attempts:
                 out.append(self._probe(node, now, p.attempt + 1))
             else:
+                due.append((node, p))
+        doubt = len(due) > 1 and self._timeouts.adaptive
+        if doubt:
+            self._timeouts.false_suspicion()
+        for node, p in due:
+            if doubt and not p.spared:
+                out.append(self._probe(node, now, p.attempt, spared=True))
+            else:
+                inc, counter = self._entries[node]
                 self._stats[_TIMEOUTS] += 1
                 self._set(node, (inc, counter + 1), out, news=True)
         return out
