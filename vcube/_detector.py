@@ -730,10 +730,13 @@ class Detector:
         Lifeguard's rule (memberlist): a node does not accuse others of its own
         slowness.  Their answers may be waiting unread in its socket buffers,
         so every unanswered probe gets at least half a ``timeout`` from ``now``
-        before it expires.  Returns how many probes were given more time.
+        before it expires, and (adaptive timeouts) the health score rises, so
+        the next probes get more time too.  Returns how many probes were
+        given more time.
         Accuracy only gains; completeness is delayed by at most half a
         timeout per stall.
         """
+        self._timeouts.stalled()
         moved = 0
         for node, p in list(self._pending.items()):
             answered = self._heard_at.get(node, -math.inf) > p.sent

@@ -9,19 +9,20 @@ and TCP, break that loop:
 * **Round-trip estimates** (Jacobson/Karels, RFC 6298): each answered first
   probe to a node is a sample; the node's timeout is ``srtt + 4 * rttvar``,
   never below the configured ``timeout``.  A node with no sample yet gets the
-  estimate of all samples together (a new peer on a loaded host is as slow as
-  the others), and never less than half the ceiling: like TCP's initial
-  timeout, the first one is conservative, and a node that just started is
-  at its busiest (connections to every member, subscriptions to announce).
+  ceiling: like TCP's initial timeout, the first one is conservative, and a
+  node that just started (or restarted) is at its busiest, with connections
+  to every member to open and subscriptions to announce.
   Retried probes give no sample (Karn): their answer is ambiguous.
 * **Local health** (Lifeguard's multiplier): evidence that a suspicion was
   false (a suspected node heard from again, or restarting right after it was
-  suspected, or this node learning it was suspected itself) raises a score
-  ``h`` up to ``max_health``; every timeout is multiplied by ``1 + h``.  The
-  score falls by one after ``calm_rounds`` rounds without such evidence.
+  suspected, or this node learning it was suspected itself), and this
+  node's own loop stalls, raise a score ``h`` up to ``max_health``; every
+  timeout is multiplied by ``1 + h``.  The score falls by one after
+  ``calm_rounds`` rounds without such evidence.
 
 Whatever the estimates, a timeout stays within ``[timeout, max_timeout]``, so
-detection keeps a bound: ``attempts * max_timeout`` per check.  With
+detection keeps a bound: ``attempts * max_timeout`` per check (one attempt
+more after the detector's self-doubt).  With
 ``max_timeout == timeout`` (the default of :class:`vcube.DetectorConfig`) every
 timeout is the configured one, as before.
 """
@@ -72,7 +73,6 @@ class ProbeTimeouts:
     _health: int = 0
     _calm: int = 0
     _peers: dict[int, RttEstimate] = field(default_factory=dict)
-    _all: RttEstimate | None = None
 
     def __post_init__(self) -> None:
         self.ceiling = max(self.base, self.ceiling)
@@ -93,10 +93,8 @@ class ProbeTimeouts:
             return self.base
         est = self._peers.get(node)
         if est is None:
-            rto = max(self.base, self.ceiling / 2, self._all.rto() if self._all else 0.0)
-        else:
-            rto = max(self.base, est.rto())
-        return min(self.ceiling, rto * (1 + self._health))
+            return self.ceiling
+        return min(self.ceiling, max(self.base, est.rto()) * (1 + self._health))
 
     def sample(self, node: int, rtt: float) -> None:
         """A first probe to ``node`` was answered ``rtt`` seconds after it left."""
@@ -106,13 +104,17 @@ class ProbeTimeouts:
             self._peers[node] = RttEstimate.first(rtt)
         else:
             est.add(rtt)
-        if self._all is None:
-            self._all = RttEstimate.first(rtt)
-        else:
-            self._all.add(rtt)
 
     def false_suspicion(self) -> None:
         """Evidence that a suspicion (ours or another node's) was false."""
+        self._worse()
+
+    def stalled(self) -> None:
+        """This node's own loop lagged: its answers, and its reading of
+        answers, are late, so its probes deserve more time for a while."""
+        self._worse()
+
+    def _worse(self) -> None:
         self._health = min(self.max_health, self._health + 1)
         self._calm = 0
 
