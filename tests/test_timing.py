@@ -236,3 +236,38 @@ def test_without_adaptive_timeouts_there_is_no_self_doubt() -> None:
     a = _trio(None)
     _, first = _silence(a, 1.0)
     assert {o.node for o in first if isinstance(o, Suspected)} == {1, 2}
+
+
+def _answered_pair(attempts: int) -> tuple[Detector, Detector]:
+    """Two nodes, node 1's first probe to node 2 answered in 1 ms."""
+    cfg = DetectorConfig(interval=1.0, timeout=1.0, attempts=attempts, max_timeout=8.0)
+    a, b = Detector(1, 1, config=cfg), Detector(2, 1, config=cfg)
+    a.join(2, 1, 0.0)
+    b.join(1, 1, 0.0)
+    _answer(a, b, _probe_to(a.tick(0.0), 2), 0.001)
+    return a, b
+
+
+def test_a_silent_retry_backs_off_to_the_ceiling() -> None:
+    a, _ = _answered_pair(attempts=2)
+    a.tick(1.0)
+    _probe_to(a.tick(2.0), 2)  # node 2 went silent
+    assert a.deadline() == 3.0  # the first attempt: its round trip, the base
+    assert [o.dest for o in a.expire(3.0) if isinstance(o, SendDetector)] == [2]
+    assert a.deadline() == 3.0 + 8.0  # the retry: the ceiling
+    assert Suspected(2, 1) in a.expire(11.0)
+
+
+def test_a_hinted_crash_is_suspected_in_ordinary_timeouts() -> None:
+    a, _ = _answered_pair(attempts=2)
+    a.tick(1.0)
+    _probe_to(a.tick(2.0), 2)
+    assert a.probe_now(2, 2.5) == []  # the connection was refused: a hint
+    a.expire(3.0)
+    assert a.deadline() == 4.0  # the retry keeps the base timeout
+    assert Suspected(2, 1) in a.expire(4.0)
+    b_fresh, _ = _answered_pair(attempts=2)
+    b_fresh.tick(1.0)
+    _probe_to(b_fresh.probe_now(2, 1.5), 2)  # hinted from the first attempt on
+    b_fresh.expire(2.5)
+    assert b_fresh.deadline() == 3.5

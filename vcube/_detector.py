@@ -126,6 +126,8 @@ Lifeguard's local health multiplier, raised by evidence of false suspicions
 itself) and lowered after calm rounds.  Also Lifeguard's self-doubt: when
 one expiry would suspect several nodes at once, the prober is the likelier
 culprit, so it raises its score and probes each of them once more first.
+A retry without a hint from the transport backs off to ``max_timeout``;
+a hinted one (:meth:`Detector.probe_now`) keeps the ordinary timeout.
 Read ``timeout`` below as "the probe's timeout", which stays within
 ``[timeout, max_timeout]``; a suspicion may take one attempt more.
 
@@ -477,8 +479,8 @@ def _check_entries(entries: object, max_entries: int) -> None:
 class _Pending:
     """An unanswered probe: its round, send time, the target's incarnation it
     was meant for, the sync epoch it was sent in, which attempt it is and how
-    long it may go unanswered, and whether it is the extra attempt of
-    self-doubt."""
+    long it may go unanswered, whether it is the extra attempt of self-doubt
+    and whether the transport hinted at a crash (:meth:`Detector.probe_now`)."""
 
     round: int
     sent: float
@@ -487,6 +489,7 @@ class _Pending:
     attempt: int
     timeout: float
     spared: bool = False
+    hinted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -774,8 +777,9 @@ class Detector:
             return []
         p = self._pending.get(node)
         if p is not None and self._heard_at.get(node, -math.inf) <= p.sent:
+            self._pending[node] = replace(p, hinted=True)  # its retry need not back off
             return []
-        return [self._probe(node, now)]
+        return [self._probe(node, now, hinted=True)]
 
     def heard(self, node: int, now: float, *, version: int | None = None) -> list[DetectorOutput]:
         """Traffic from ``node``'s known incarnation arrived (``version``: its
@@ -866,15 +870,26 @@ class Detector:
         return sync[1] if sync is not None and sync[0] == self._entries[node][0] else None
 
     def _probe(
-        self, node: int, now: float, attempt: int = 1, *, spared: bool = False
+        self,
+        node: int,
+        now: float,
+        attempt: int = 1,
+        *,
+        spared: bool = False,
+        hinted: bool = False,
     ) -> SendDetector:
         """A probe to ``node``, recorded as pending (``spared``: the extra
-        attempt of self-doubt, see :meth:`_expire`)."""
+        attempt of self-doubt, see :meth:`_expire`; ``hinted``: the transport
+        saw the peer's process gone).  A retry without a hint backs off to the
+        longest timeout (:meth:`ProbeTimeouts.retry`); a hinted one does not,
+        so a crash the transport saw is still suspected in ``attempts``
+        ordinary timeouts."""
         target = self._entries[node][0]
         since = self._synced(node) or 0
-        timeout = self._timeouts.timeout(node)
+        timeouts = self._timeouts
+        timeout = timeouts.timeout(node) if attempt == 1 or hinted else timeouts.retry()
         self._pending[node] = _Pending(
-            self._round, now, target, self._epoch, attempt, timeout, spared
+            self._round, now, target, self._epoch, attempt, timeout, spared, hinted
         )
         self._stats[_PROBES] += 1
         msg = Probe(
@@ -906,7 +921,7 @@ class Detector:
             if inc != p.target or counter & 1 or self._heard_at.get(node, -math.inf) > p.sent:
                 continue
             if p.attempt < self._cfg.attempts:
-                out.append(self._probe(node, now, p.attempt + 1))
+                out.append(self._probe(node, now, p.attempt + 1, hinted=p.hinted))
             else:
                 due.append((node, p))
         doubt = len(due) > 1 and self._timeouts.adaptive
@@ -914,7 +929,7 @@ class Detector:
             self._timeouts.false_suspicion()
         for node, p in due:
             if doubt and not p.spared:
-                out.append(self._probe(node, now, p.attempt, spared=True))
+                out.append(self._probe(node, now, p.attempt, spared=True, hinted=p.hinted))
             else:
                 inc, counter = self._entries[node]
                 self._stats[_TIMEOUTS] += 1

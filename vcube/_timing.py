@@ -96,6 +96,16 @@ class ProbeTimeouts:
             return self.ceiling
         return min(self.ceiling, max(self.base, est.rto()) * (1 + self._health))
 
+    def retry(self) -> float:
+        """The timeout of a retry after a silent probe, when nothing hints at a
+        crash: the ceiling.  TCP backs its timer off on each retransmission
+        (RFC 6298, 5.5); one step to the top here, since the retry's silence
+        is what makes the suspicion.  A live node starved of CPU for a few
+        seconds is then not suspected; a crashed process is, in ordinary
+        timeouts, when its peers' connections to it are refused (the
+        detector's hinted probes)."""
+        return self.ceiling
+
     def sample(self, node: int, rtt: float) -> None:
         """A first probe to ``node`` was answered ``rtt`` seconds after it left."""
         rtt = max(0.0, rtt)
