@@ -493,7 +493,7 @@ class _Link:
                     peer.node_id,
                     peer.host,
                     peer.port,
-                    exc,
+                    _why(exc),
                 )
                 if lost and not isinstance(exc, SecurityError | WireError):
                     self.node._unreachable(self.peer_id)  # one hint per lost connection
@@ -1165,7 +1165,7 @@ class Node:
                 trio.TooSlowError,
                 trio.BrokenResourceError,
             ) as exc:
-                self.quiet.warn(("seed", address), "seed %s unreachable: %s", address, exc)
+                self.quiet.warn(("seed", address), "seed %s unreachable: %s", address, _why(exc))
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.seed_interval)
                 continue
@@ -1233,15 +1233,15 @@ class Node:
         ) as exc:
             self.stats["rejected_connections"] += 1
             if session_peer is None:  # junk: a debug line each, a warning per 10 s
-                log.debug("closing connection from %s: %s", peer, exc)
+                log.debug("closing connection from %s: %s", peer, _why(exc))
                 self.quiet.warn(
                     ("junk", None),
                     "closing connections of unauthenticated peers (%s: %s)",
                     host,
-                    exc,
+                    _why(exc),
                 )
             else:  # a member's fault: every time
-                log.warning("closing connection from %s: %s", peer, exc)
+                log.warning("closing connection from %s: %s", peer, _why(exc))
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
             pass
         finally:
@@ -1819,6 +1819,13 @@ async def _open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
+
+
+def _why(exc: BaseException) -> str:
+    """A log line's reason: trio's timeouts and some OS errors have no message."""
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out (handshake_timeout)"
+    return str(exc) or type(exc).__name__
 
 
 def _names_self(seed: str, interface: str, port: int) -> bool:
