@@ -23,7 +23,8 @@ a disagreeing edge would have synced.  Each node that knows another therefore
 holds the same set as that node, and since a record names its sender, the
 "knows" relation is symmetric: every connected group of members agrees.
 After the last change, that takes at most the depth of the trees in rounds
-(about ``log2 N``) plus one ``resync`` interval per disagreeing edge.
+(about ``log2 N``): an answer held back for ``resync`` is only ever a
+repeat of one already given for the same pair of digests.
 
 Nothing here reads a clock or does I/O: every method takes ``now``.
 """
@@ -50,9 +51,10 @@ class RecordGossip:
 
     Invariants: a target is told the current digest at most once until the
     digest changes or ``refresh`` seconds pass; a sender whose digest differs
-    from ours is answered with our records at most once per ``resync`` seconds
-    (so two nodes whose views disagree only through the detector, which the
-    records cannot fix, do not exchange every round).
+    from ours is answered with our records once per change of either digest,
+    and otherwise at most once per ``resync`` seconds (so two nodes whose
+    views disagree only through the detector, which the records cannot fix,
+    do not exchange every round).
     """
 
     __slots__ = ("_answered", "_refresh", "_resync", "_told")
@@ -63,7 +65,7 @@ class RecordGossip:
         self._refresh = refresh
         self._resync = resync
         self._told: dict[int, tuple[int, float]] = {}
-        self._answered: dict[int, float] = {}
+        self._answered: dict[int, tuple[tuple[int, int], float]] = {}
 
     def due(self, targets: Iterable[int], digest: int, now: float) -> list[int]:
         """The ``targets`` to send ``digest`` to now (and records them as told)."""
@@ -76,13 +78,19 @@ class RecordGossip:
         return out
 
     def answer(self, sender: int, theirs: int, mine: int, now: float) -> bool:
-        """Whether to answer ``sender``'s digest ``theirs`` with our records."""
+        """Whether to answer ``sender``'s digest ``theirs`` with our records:
+        when the two differ, and either of them changed since our last answer
+        to ``sender`` or ``resync`` seconds passed.  A changed digest is new
+        knowledge on one side, so its answer is never held back (holding it
+        back stalled convergence until the next ``refresh``: a sender whose
+        digest stopped changing never asked again); a disagreement that
+        stays the same is answered once per ``resync``."""
         if theirs == mine:
             return False
         last = self._answered.get(sender)
-        if last is not None and now - last < self._resync:
+        if last is not None and last[0] == (theirs, mine) and now - last[1] < self._resync:
             return False
-        self._answered[sender] = now
+        self._answered[sender] = ((theirs, mine), now)
         return True
 
     def forget(self, node: int) -> None:

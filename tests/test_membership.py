@@ -14,7 +14,7 @@ import math
 from itertools import pairwise
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from p2p._membership import RecordGossip, records_digest
@@ -47,6 +47,9 @@ def test_answer_only_a_differing_digest_at_most_once_per_resync() -> None:
     assert not g.answer(5, theirs=1, mine=2, now=2.9)
     assert g.answer(6, theirs=1, mine=2, now=2.9)  # another sender
     assert g.answer(5, theirs=1, mine=2, now=3.0)
+    assert g.answer(5, theirs=4, mine=2, now=3.1)  # the sender learnt something: answered
+    assert g.answer(5, theirs=4, mine=9, now=3.2)  # so did we: answered
+    assert not g.answer(5, theirs=4, mine=9, now=3.3)  # a repeat: held back
 
 
 def test_gossip_settings_are_checked() -> None:
@@ -111,6 +114,9 @@ def _starts(draw: st.DrawFn) -> dict[int, set[int]]:
 
 
 @given(_starts())
+# Found by Hypothesis: node 0's digest stopped changing after node 1 answered
+# it, node 1 learnt more, and its next answer was held back for ``resync``.
+@example({0: {0, 1}, 1: {1, 2}, 2: {2, 4}, 3: {3, 5}, 4: {3, 4}, 5: {5}})
 def test_records_converge_from_any_connected_start(known: dict[int, set[int]]) -> None:
     assert _connected(known)
     model = _Model(known)
