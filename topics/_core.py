@@ -190,11 +190,14 @@ class _Topic:
     last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
     queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
-    # The subscriptions this node's PUB round in flight went to, as the op
-    # (node, incarnation, rc) of each subscriber's view entry when it left: a
-    # round to an old life, or to an older subscription of the same life,
-    # does not reach a newer subscription (see VCubePS._sync_bound).
-    round_subs: frozenset[tuple[int, int, int]] = frozenset()
+    # The view this node's PUB round in flight was routed over: its subscribed
+    # entries are the subscriptions (op node, incarnation, rc) the round went
+    # to.  A round to an old life, or to an older subscription of the same
+    # life, does not reach a newer subscription (see VCubePS._sync_bound).
+    # Kept as the view dict itself, frozen by marking the view shared (the
+    # next change copies it), rather than as a set of N ops per round: that
+    # set cost O(N) time per round and O(N) memory per node (issue 21).
+    round_view: dict[int, ViewEntry] = field(default_factory=dict)
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
@@ -228,6 +231,24 @@ class _Topic:
         return self.subs_cache
 
     view_shared: bool = False
+
+    def freeze_round_view(self) -> None:
+        """A PUB round leaves over the current view: keep it as ``round_view``.
+
+        Invariant: ``round_view`` never changes afterwards, because a shared
+        view is copied before its first change (:meth:`set_entry`,
+        :meth:`drop_entry`)."""
+        self.round_view, self.view_shared = self.view, True
+
+    def round_reached(self, op: MsgId) -> bool:
+        """Whether the PUB round in flight (the last one sent) went to subscription ``op``."""
+        entry = self.round_view.get(op.source)
+        return (
+            entry is not None
+            and entry.subscribed
+            and entry.incarnation == op.incarnation
+            and entry.rc == op.seq
+        )
 
     def set_entry(self, entry: ViewEntry) -> None:
         if self.view_shared:  # copy on first write (see preset_subscription)
@@ -980,7 +1001,7 @@ class VCubePS:
         life, or a subscription it has left since) may arrive before the
         announced one started: not owed, so not in the bound."""
         pending = self._pending.get(state.in_flight) if state.in_flight else None
-        reached = announced in state.round_subs
+        reached = state.round_reached(announced)
         if pending is not None and pending.kind == "PUB" and reached:
             return pending.ids[0].seq
         for item in state.queue:
@@ -1101,8 +1122,7 @@ class VCubePS:
             batch = self._take_batch(state, head)
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "PUB", tuple(m.id for m in batch)
-            view = state.view
-            state.round_subs = frozenset((n, view[n].incarnation, view[n].rc) for n in subs)
+            state.freeze_round_view()
         waiting = {c for c, _ in children}
         return children, _Pending(name, kind, None, waiting, ids)
 
