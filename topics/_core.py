@@ -88,6 +88,21 @@ SKIPPED_PAST = 4096
 
 PresetView = tuple[dict[int, ViewEntry], tuple[int, ...], Hypercube]
 
+StreamKey = int | tuple[int, int]
+"""A source stream in the per-stream maps of :class:`_Topic`: the source alone for
+incarnation 0, else ``(source, incarnation)``.  Every node keeps an entry per
+source of a topic, so at N sources that is N^2 entries per run: an int key
+costs no tuple (about 56 bytes per entry) and hashes without allocating."""
+
+
+def _stream_key(source: int, incarnation: int) -> StreamKey:
+    return source if incarnation == 0 else (source, incarnation)
+
+
+def _stream_of(key: StreamKey) -> tuple[int, int]:
+    """``(source, incarnation)`` of a :data:`StreamKey`."""
+    return (key, 0) if isinstance(key, int) else key
+
 
 def preset_view(subscribers: Iterable[int]) -> PresetView:
     """A directory in which every node of ``subscribers`` subscribed before time 0,
@@ -187,7 +202,7 @@ class _Topic:
     confirmed: bool = False
     published: bool = False
     last_pub: int = -1
-    last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
+    last_rx: dict[StreamKey, int] = field(default_factory=dict)
     queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
     # The view this node's PUB round in flight was routed over: its subscribed
@@ -210,11 +225,14 @@ class _Topic:
     waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
     # The newest round received from each source stream (the one that brought
     # its newest publication here): what this node relays if it crashes.
-    last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
-    # Streams whose last round arrived while this node's subscription was
-    # confirmed: it may have delivered from them, so it owes their relay at the
-    # source's crash even if it unsubscribes meanwhile (agreement).
-    relay_owed: set[tuple[int, int]] = field(default_factory=set)
+    last_round: dict[StreamKey, tuple[PubMessage, ...]] = field(default_factory=dict)
+    # A stream of ``last_round`` whose last round arrived while this node's
+    # subscription was confirmed may have been delivered from: the node owes
+    # its relay at the source's crash even if it unsubscribes meanwhile
+    # (agreement).  Kept as the complement, the streams of ``last_round`` not
+    # owed (a subset of its keys), empty while the subscription stays
+    # confirmed instead of an entry per source.
+    relay_unowed: set[StreamKey] = field(default_factory=set)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
@@ -288,6 +306,12 @@ def _deps(msg: PubMessage) -> list[Dep]:
     if msg.prev >= 0:
         deps.append((msg.id.source, msg.id.incarnation, msg.prev))
     return deps
+
+
+def _dead_stream(key: StreamKey, node: int, incarnation: int) -> bool:
+    """Whether stream ``key`` is one of ``node``'s up to ``incarnation``."""
+    source, inc = _stream_of(key)
+    return source == node and inc <= incarnation
 
 
 def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
@@ -550,10 +574,11 @@ class VCubePS:
         if state.confirmed:
             out.extend(self._release(state, self._settle_dead_streams(state, node, incarnation)))
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
-        for stream in [k for k in state.last_round if k[0] == node and k[1] <= incarnation]:
+        gone = [k for k in state.last_round if _dead_stream(k, node, incarnation)]
+        for stream in gone:
             messages = state.last_round.pop(stream)
-            owed = state.subscribed or stream in state.relay_owed
-            state.relay_owed.discard(stream)
+            owed = state.subscribed or stream not in state.relay_unowed
+            state.relay_unowed.discard(stream)
             if owed and any(n != self.id for n in state.subscribers()):
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
@@ -670,7 +695,7 @@ class VCubePS:
             raise RemoteProtocolError("too many rounds awaiting acknowledgement")
 
     def _fresh(
-        self, last_rx: dict[tuple[int, int], int], messages: tuple[PubMessage, ...]
+        self, last_rx: dict[StreamKey, int], messages: tuple[PubMessage, ...]
     ) -> tuple[tuple[PubMessage, ...], int | None]:
         """The publications of a round not received before, and the stream's new last seq.
 
@@ -685,7 +710,7 @@ class VCubePS:
         if not messages:
             return (), None
         source, inc = messages[0].id.source, messages[0].id.incarnation
-        last = before = last_rx.get((source, inc), -1)
+        last = before = last_rx.get(_stream_key(source, inc), -1)
         prev = -1
         for msg in messages:
             if (msg.id.source, msg.id.incarnation) != (source, inc) or msg.id.seq <= prev:
@@ -730,14 +755,14 @@ class VCubePS:
         state = known or self._topic(packet.topic)
         out: list[Output] = []
         if last_rx is not None:  # something new: the newest round of its stream here
-            stream = (messages[0].id.source, messages[0].id.incarnation)
+            stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
             # Only then: a relay of an older round, all duplicates, must not
             # replace the newest one as what this node relays at the crash.
             state.last_round[stream] = messages
-            if state.confirmed:
-                state.relay_owed.add(stream)
-            else:
-                state.relay_owed.discard(stream)
+            if not state.confirmed:
+                state.relay_unowed.add(stream)
+            elif state.relay_unowed:
+                state.relay_unowed.discard(stream)
             state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
@@ -838,7 +863,8 @@ class VCubePS:
             for d in first.deps
             if d.source != self.id
             and d.source not in dead
-            and last_rx.get((d.source, d.incarnation), -1) < d.seq
+            and last_rx.get(d.source if d.incarnation == 0 else (d.source, d.incarnation), -1)
+            < d.seq
             and d.seq >= bounds.get((d.source, d.incarnation), 0)
         ]
 
