@@ -115,21 +115,23 @@ class _Pending:
     """A round this node forwarded (or started) whose ACKs are not all back.
 
     ``view`` and ``bounds`` gather membership for SUB rounds only; the other
-    rounds (the hot path) allocate neither.  ``sent`` keeps the packet each
-    child got, so a crashed child's share can be sent again to the next
-    correct node of its cluster (:meth:`VCubePS.crashed`); ``replaced`` are
-    children repaired away, whose ACKs may still come and are ignored.
+    rounds (the hot path) allocate neither.  :meth:`sent_to` gives the packet
+    a child still awaited got, so a crashed child's share can be sent again
+    to the next correct node of its cluster (:meth:`VCubePS.crashed`);
+    ``replaced`` are children repaired away, whose ACKs may still come and
+    are ignored.
     """
 
     __slots__ = (
+        "_sent",
         "bounds",
+        "children",
         "dest",
         "ids",
         "kind",
         "lives",
         "parent",
         "replaced",
-        "sent",
         "topic",
         "view",
         "waiting",
@@ -148,7 +150,12 @@ class _Pending:
         self.parent = parent
         self.waiting = waiting
         self.ids = ids
-        self.sent: dict[int, Packet] = {}
+        self.children: list[tuple[int, Packet]] = []
+        """What each child was first sent (never changed: the list the round was sent from)."""
+        self._sent: dict[int, Packet] | None = None
+        """Made from ``children`` at the first repair only: a dict per round and
+        node costs time and memory on every hop of the hot path, and only
+        a crash ever needs it (issue 21)."""
         self.lives: dict[int, int] | None = None
         """Incarnation each child was known by when it was sent the round (if not 0)."""
         self.replaced: set[int] | None = None
@@ -158,6 +165,24 @@ class _Pending:
         self.bounds: dict[tuple[int, int], int] | None = None
         if kind in ("SUB", "SYNC"):  # a SYNC: the newcomer's entry and bound (VCubePS.joined)
             self.view, self.bounds = {}, {}
+
+    def _packets(self) -> dict[int, Packet]:
+        if self._sent is None:
+            self._sent = dict(self.children)
+        return self._sent
+
+    def take_sent(self, child: int) -> Packet | None:
+        """The packet ``child`` got, forgotten here (it is being repaired away).
+
+        Only asked of a child still in ``waiting``, whose entry is then the
+        packet it was last sent: an acknowledged child's entry may be stale
+        (ACKs no longer remove it), but a child leaves ``waiting`` on its ACK
+        and comes back only through :meth:`set_sent`, which replaces it."""
+        return self._packets().pop(child, None)
+
+    def set_sent(self, child: int, packet: Packet) -> None:
+        """``child`` (a repair's new child) was sent ``packet``."""
+        self._packets()[child] = packet
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,7 +632,7 @@ class VCubePS:
         for ``dead``'s.  Receivers that had the round already drop its
         publications by id and forward it anyway: their own sub-trees may miss it.
         """
-        pkt = pending.sent.pop(dead, None)
+        pkt = pending.take_sent(dead)
         pending.waiting.discard(dead)
         if pkt is not None and pkt.round != rid:
             # ``dead`` held an earlier repair copy: its late ACK is now stale.
@@ -622,7 +647,7 @@ class VCubePS:
             child, packet = new
             self._repair_of[packet.round] = rid
             pending.waiting.add(child)
-            pending.sent[child] = packet
+            pending.set_sent(child, packet)
             self._note_lives(pending, [child])
             self.repaired += 1
             out.append(Send(child, packet))
@@ -675,7 +700,12 @@ class VCubePS:
     def _check_remote(self, topic: str, messages: tuple[PubMessage, ...] = ()) -> None:
         """Reject a packet whose sizes break the configured limits (before any state change)."""
         cfg = self.config
-        if not isinstance(topic, str) or not topic or len(topic.encode()) > cfg.max_topic_len:
+        # A topic this node holds passed the same checks when it was created
+        # (_topic): encoding its name again on every packet is wasted work.
+        known = isinstance(topic, str) and topic in self._topics
+        if not known and (
+            not isinstance(topic, str) or not topic or len(topic.encode()) > cfg.max_topic_len
+        ):
             raise RemoteProtocolError(f"bad topic name {str(topic)[:64]!r}")
         if len(messages) > cfg.max_round_messages:
             raise RemoteProtocolError(f"round of {len(messages)} publications exceeds the limit")
@@ -937,7 +967,7 @@ class VCubePS:
     def _track(self, rid: RoundId, pending: _Pending, children: list[tuple[int, Packet]]) -> None:
         """Record ``pending``, what each child got and which life of it (for
         :meth:`_repair_child`)."""
-        pending.sent = dict(children)
+        pending.children = children
         if self._life:
             self._note_lives(pending, [c for c, _ in children])
         self._pending[rid] = pending
@@ -1056,7 +1086,6 @@ class VCubePS:
                 key = (b.node, b.incarnation)
                 pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
         pending.waiting.discard(sender)
-        pending.sent.pop(sender, None)
         if pending.waiting:
             return []
         return self._finish(rid, pending)
