@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
-from causal import BroadcastConfig, MsgId, PacketLimits, pack
+from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
 from p2p.sim._delay import DelayModel
-from p2p.sim._frames import BroadcastCore, Frame, Part, part_size, parts_of
+from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
 from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder
 from topics import (
@@ -538,8 +538,8 @@ class Simulation:
         limits = self.limits
         if self.aggregation != "on":
             for send in sends:
-                for chunk in pack(parts_of(send.packet), part_size, limits):
-                    self._transmit(src, send.dest, Frame(chunk, limits.header), ready)
+                for frame in pack_frames(parts_of(send.packet), limits):
+                    self._transmit(src, send.dest, frame, ready)
             return
         by_dest: dict[int, list[Part]] = {}
         for send in sends:
@@ -547,10 +547,9 @@ class Simulation:
         for dst, parts in by_dest.items():
             last = self._last_frame.get((src, dst))
             if last is not None and last.start > ready:
-                while parts and last.fits(part_size(parts[0]), limits):
-                    last.add(parts.pop(0))
-            for chunk in pack(parts, part_size, limits):
-                self._transmit(src, dst, Frame(chunk, limits.header), ready)
+                parts = join_frame(last, parts, limits)
+            for frame in pack_frames(parts, limits):
+                self._transmit(src, dst, frame, ready)
 
     def _transmit(self, src: int, dst: int, packet: Frame, ready: float) -> None:
         """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``."""
