@@ -327,10 +327,16 @@ def _deps(msg: PubMessage) -> list[Dep]:
     barrier, so it is named too to keep per-source FIFO explicit.
     """
     deps: list[Dep] = list(msg.deps)
-    deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
+    if msg.op_deps:
+        deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
     if msg.prev >= 0:
         deps.append((msg.id.source, msg.id.incarnation, msg.prev))
     return deps
+
+
+def _strictly_increasing(ids: tuple[int, ...]) -> bool:
+    """Whether ``ids`` is sorted without duplicates (a route is; most have 0 or 1 id)."""
+    return len(ids) < 2 or list(ids) == sorted(set(ids))
 
 
 def _dead_stream(key: StreamKey, node: int, incarnation: int) -> bool:
@@ -775,7 +781,7 @@ class VCubePS:
         dests: tuple[int, ...],
         messages: tuple[PubMessage, ...],
     ) -> list[Output]:
-        if sender == self.id or self.id in dests or list(dests) != sorted(set(dests)):
+        if sender == self.id or self.id in dests or not _strictly_increasing(dests):
             raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
@@ -913,7 +919,8 @@ class VCubePS:
         found: set[MsgId] = set()
         if held is not None:
             found.update(d for d in first.deps if d in held)
-        found.update(d for d, kids in coming if child in kids)
+        if coming:
+            found.update(d for d, kids in coming if child in kids)
         return found
 
     def _resolve(
@@ -1393,7 +1400,7 @@ class VCubePS:
     def _skipped(state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg`` predates this subscription: never delivered, never waited for."""
         src, inc = msg.id.source, msg.id.incarnation
-        bound = state.bounds.get((src, inc))
+        bound = state.bounds.get((src, inc)) if state.bounds else None
         if bound is not None:
             return msg.id.seq < bound
         return inc <= state.retired.get(src, -1)

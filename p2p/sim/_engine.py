@@ -278,7 +278,7 @@ class Simulation:
         sender's link at its crash instant (not fully transmitted) never left.
         """
         sender, dest, packet, life, sender_life = item
-        died = self._died.get((sender, sender_life))
+        died = self._died.get((sender, sender_life)) if self._died else None
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
         elif dest in self.down or life != self.incarnation[dest]:
@@ -571,8 +571,8 @@ class Simulation:
             tpp = self.delays.propagation(self.rng)
         self.recorder.sent(src, packet, len(q) - 1)
         self._last_frame[(src, dst)] = packet
-        lives = (self.incarnation[dst], self.incarnation[src])
-        self._push(depart + tpp, self._ARRIVE, (src, dst, packet, *lives))
+        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
+        self._push(depart + tpp, self._ARRIVE, item)
 
 
 __all__ = ["PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]
