@@ -131,6 +131,7 @@ class _Pending:
         "kind",
         "lives",
         "parent",
+        "relayed",
         "replaced",
         "topic",
         "view",
@@ -152,10 +153,14 @@ class _Pending:
         self.ids = ids
         self.children: list[tuple[int, Packet]] = []
         """What each child was first sent (never changed: the list the round was sent from)."""
+        self.relayed: PubRound | Uns | None = None
+        """For a round relayed here, the packet received instead of ``children``:
+        its route gives the same child packets again (:meth:`VCubePS._relay_packets`),
+        so they are not kept alive while the ACK wave is out."""
         self._sent: dict[int, Packet] | None = None
-        """Made from ``children`` at the first repair only: a dict per round and
-        node costs time and memory on every hop of the hot path, and only
-        a crash ever needs it (issue 21)."""
+        """Made from ``children`` (or ``relayed``) at the first repair only: a
+        dict per round and node costs time and memory on every hop of the hot
+        path, and only a crash ever needs it (issue 21)."""
         self.lives: dict[int, int] | None = None
         """Incarnation each child was known by when it was sent the round (if not 0)."""
         self.replaced: set[int] | None = None
@@ -166,23 +171,26 @@ class _Pending:
         if kind in ("SUB", "SYNC"):  # a SYNC: the newcomer's entry and bound (VCubePS.joined)
             self.view, self.bounds = {}, {}
 
-    def _packets(self) -> dict[int, Packet]:
+    def _packets(self, me: int) -> dict[int, Packet]:
         if self._sent is None:
-            self._sent = dict(self.children)
+            relayed = self.relayed
+            sent = self.children if relayed is None else _relay_packets(me, relayed)
+            self._sent = dict(sent)
         return self._sent
 
-    def take_sent(self, child: int) -> Packet | None:
+    def take_sent(self, me: int, child: int) -> Packet | None:
         """The packet ``child`` got, forgotten here (it is being repaired away).
 
         Only asked of a child still in ``waiting``, whose entry is then the
         packet it was last sent: an acknowledged child's entry may be stale
         (ACKs no longer remove it), but a child leaves ``waiting`` on its ACK
-        and comes back only through :meth:`set_sent`, which replaces it."""
-        return self._packets().pop(child, None)
+        and comes back only through :meth:`set_sent`, which replaces it.
+        ``me`` is the node holding this record."""
+        return self._packets(me).pop(child, None)
 
-    def set_sent(self, child: int, packet: Packet) -> None:
-        """``child`` (a repair's new child) was sent ``packet``."""
-        self._packets()[child] = packet
+    def set_sent(self, me: int, child: int, packet: Packet) -> None:
+        """``child`` (a repair's new child) was sent ``packet`` by ``me``."""
+        self._packets(me)[child] = packet
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +340,19 @@ def _deps(msg: PubMessage) -> list[Dep]:
     if msg.prev >= 0:
         deps.append((msg.id.source, msg.id.incarnation, msg.prev))
     return deps
+
+
+def _relay_packets(me: int, packet: PubRound | Uns) -> list[tuple[int, Packet]]:
+    """What node ``me`` forwards of a received PUB or UNS round: to each child on
+    its route, the packet with that child's share of the route (a pure function
+    of ``me`` and ``packet``, so it can be made again for a repair)."""
+    children: list[tuple[int, Packet]] = []
+    for child, share in partition_sorted(me, packet.dests):
+        if isinstance(packet, PubRound):
+            children.append((child, PubRound(packet.round, packet.topic, packet.messages, share)))
+        else:
+            children.append((child, Uns(packet.round, packet.topic, packet.op, share)))
+    return children
 
 
 def _strictly_increasing(ids: tuple[int, ...]) -> bool:
@@ -638,7 +659,7 @@ class VCubePS:
         for ``dead``'s.  Receivers that had the round already drop its
         publications by id and forward it anyway: their own sub-trees may miss it.
         """
-        pkt = pending.take_sent(dead)
+        pkt = pending.take_sent(self.id, dead)
         pending.waiting.discard(dead)
         if pkt is not None and pkt.round != rid:
             # ``dead`` held an earlier repair copy: its late ACK is now stale.
@@ -653,7 +674,7 @@ class VCubePS:
             child, packet = new
             self._repair_of[packet.round] = rid
             pending.waiting.add(child)
-            pending.set_sent(child, packet)
+            pending.set_sent(self.id, child, packet)
             self._note_lives(pending, [child])
             self.repaired += 1
             out.append(Send(child, packet))
@@ -804,22 +825,17 @@ class VCubePS:
             out.extend(self._learn(state, packet.op))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
-        children: list[tuple[int, Packet]] = []
-        for child, share in partition_sorted(self.id, dests):
-            if isinstance(packet, PubRound):
-                children.append((child, PubRound(packet.round, packet.topic, messages, share)))
-            else:
-                children.append((child, Uns(packet.round, packet.topic, packet.op, share)))
+        children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
         if messages and (state.held or (self.config.aggregation and state.confirmed)):
             if not children:
                 out.append(self._ack_for(packet.round, pending))
             else:
-                self._track(packet.round, pending, children)
+                self._track(packet.round, pending, children, packet)
             out.extend(self._aggregate(state, messages, children))
             out.extend(self._repair_known_dead(packet.round, pending))
             return out
-        out.extend(self._forward(packet.round, pending, children))
+        out.extend(self._forward(packet.round, pending, children, packet))
         return out
 
     @staticmethod
@@ -961,20 +977,33 @@ class VCubePS:
         return out
 
     def _forward(
-        self, rid: RoundId, pending: _Pending, children: list[tuple[int, Packet]]
+        self,
+        rid: RoundId,
+        pending: _Pending,
+        children: list[tuple[int, Packet]],
+        relayed: PubRound | Uns | None = None,
     ) -> list[Output]:
         """Send a round on to ``children``; a leaf acknowledges at once (lines 48-59)."""
         if not children:
             return [self._ack_for(rid, pending)]
-        self._track(rid, pending, children)
+        self._track(rid, pending, children, relayed)
         out: list[Output] = [Send(child, pkt) for child, pkt in children]
         out.extend(self._repair_known_dead(rid, pending))
         return out
 
-    def _track(self, rid: RoundId, pending: _Pending, children: list[tuple[int, Packet]]) -> None:
-        """Record ``pending``, what each child got and which life of it (for
-        :meth:`_repair_child`)."""
-        pending.children = children
+    def _track(
+        self,
+        rid: RoundId,
+        pending: _Pending,
+        children: list[tuple[int, Packet]],
+        relayed: PubRound | Uns | None = None,
+    ) -> None:
+        """Record ``pending``, what each child got (``children``, or the ``relayed``
+        packet they were made from) and which life of it (for :meth:`_repair_child`)."""
+        if relayed is None:
+            pending.children = children
+        else:
+            pending.relayed = relayed
         if self._life:
             self._note_lives(pending, [c for c, _ in children])
         self._pending[rid] = pending
