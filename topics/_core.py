@@ -909,16 +909,18 @@ class VCubePS:
         almost all of it has usually arrived already."""
         if not (self.config.aggregation and state.confirmed):
             return []
-        last_rx, bounds, dead = state.last_rx, state.bounds, self._dead
-        return [
-            (d, state.tree_kids(self.id, d.source))
-            for d in first.deps
-            if d.source != self.id
-            and d.source not in dead
-            and last_rx.get(d.source if d.incarnation == 0 else (d.source, d.incarnation), -1)
-            < d.seq
-            and d.seq >= bounds.get((d.source, d.incarnation), 0)
-        ]
+        me, last_rx, bounds, dead = self.id, state.last_rx, state.bounds, self._dead
+        found: list[tuple[MsgId, tuple[int, ...]]] = []
+        for d in first.deps:
+            src, inc, seq = d
+            if src == me or src in dead:
+                continue
+            if last_rx.get(src if inc == 0 else (src, inc), -1) >= seq:
+                continue  # received already: the common case
+            if bounds and seq < bounds.get((src, inc), 0):
+                continue  # predates this subscription: not owed
+            found.append((d, state.tree_kids(me, src)))
+        return found
 
     def _blockers(
         self,
