@@ -95,7 +95,7 @@ class _NodeClock:
 
 def _bucket_width(delays: DelayModel) -> float:
     """The event calendar's bucket width: a fraction of the typical hop delay, so
-    a bucket holds a few events per node at most (speed only, never order)."""
+    the bucket being consumed stays a small heap (it sets speed, never order)."""
     return max(delays.tpc, delays.tt, delays.tpp_mean / 100, 1e-9)
 
 

@@ -89,13 +89,6 @@ class Frame:
         kinds = {p.kind for p in self.parts}
         return kinds.pop() if len(kinds) == 1 else "MIXED"
 
-    def fits(self, size: int, limits: PacketLimits) -> bool:
-        return self.size + size <= limits.mtu
-
-    def add(self, part: Part) -> None:
-        self.parts.append(part)
-        self.size += part_size(part)
-
 
 def pack_frames(parts: list[Part], limits: PacketLimits) -> list[Frame]:
     """``parts`` in link packets, in order: :func:`causal.pack` made into
