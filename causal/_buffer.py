@@ -75,9 +75,10 @@ class CausalBuffer(Generic[T]):
         """Hold ``item`` until its dependencies hold; ``True`` if they hold already."""
         frontier = self._frontier
         missing: list[Dep] = []
-        for dep in deps:
-            got = frontier.get(dep[0] if dep[1] == 0 else (dep[0], dep[1]))
-            if got is None or got < dep[2]:
+        for dep in deps:  # a barrier's length per call: unpack once, not index four times
+            stream, inc, need = dep
+            got = frontier.get(stream if inc == 0 else (stream, inc))
+            if got is None or got < need:
                 missing.append(dep)
         if not missing:
             return True

@@ -88,6 +88,21 @@ SKIPPED_PAST = 4096
 
 PresetView = tuple[dict[int, ViewEntry], tuple[int, ...], Hypercube]
 
+StreamKey = int | tuple[int, int]
+"""A source stream in the per-stream maps of :class:`_Topic`: the source alone for
+incarnation 0, else ``(source, incarnation)``.  Every node keeps an entry per
+source of a topic, so at N sources that is N^2 entries per run: an int key
+costs no tuple (about 56 bytes per entry) and hashes without allocating."""
+
+
+def _stream_key(source: int, incarnation: int) -> StreamKey:
+    return source if incarnation == 0 else (source, incarnation)
+
+
+def _stream_of(key: StreamKey) -> tuple[int, int]:
+    """``(source, incarnation)`` of a :data:`StreamKey`."""
+    return (key, 0) if isinstance(key, int) else key
+
 
 def preset_view(subscribers: Iterable[int]) -> PresetView:
     """A directory in which every node of ``subscribers`` subscribed before time 0,
@@ -100,21 +115,24 @@ class _Pending:
     """A round this node forwarded (or started) whose ACKs are not all back.
 
     ``view`` and ``bounds`` gather membership for SUB rounds only; the other
-    rounds (the hot path) allocate neither.  ``sent`` keeps the packet each
-    child got, so a crashed child's share can be sent again to the next
-    correct node of its cluster (:meth:`VCubePS.crashed`); ``replaced`` are
-    children repaired away, whose ACKs may still come and are ignored.
+    rounds (the hot path) allocate neither.  :meth:`sent_to` gives the packet
+    a child still awaited got, so a crashed child's share can be sent again
+    to the next correct node of its cluster (:meth:`VCubePS.crashed`);
+    ``replaced`` are children repaired away, whose ACKs may still come and
+    are ignored.
     """
 
     __slots__ = (
+        "_sent",
         "bounds",
+        "children",
         "dest",
         "ids",
         "kind",
         "lives",
         "parent",
+        "relayed",
         "replaced",
-        "sent",
         "topic",
         "view",
         "waiting",
@@ -133,7 +151,16 @@ class _Pending:
         self.parent = parent
         self.waiting = waiting
         self.ids = ids
-        self.sent: dict[int, Packet] = {}
+        self.children: list[tuple[int, Packet]] = []
+        """What each child was first sent (never changed: the list the round was sent from)."""
+        self.relayed: PubRound | Uns | None = None
+        """For a round relayed here, the packet received instead of ``children``:
+        its route gives the same child packets again (:meth:`VCubePS._relay_packets`),
+        so they are not kept alive while the ACK wave is out."""
+        self._sent: dict[int, Packet] | None = None
+        """Made from ``children`` (or ``relayed``) at the first repair only: a
+        dict per round and node costs time and memory on every hop of the hot
+        path, and only a crash ever needs it (issue 21)."""
         self.lives: dict[int, int] | None = None
         """Incarnation each child was known by when it was sent the round (if not 0)."""
         self.replaced: set[int] | None = None
@@ -143,6 +170,27 @@ class _Pending:
         self.bounds: dict[tuple[int, int], int] | None = None
         if kind in ("SUB", "SYNC"):  # a SYNC: the newcomer's entry and bound (VCubePS.joined)
             self.view, self.bounds = {}, {}
+
+    def _packets(self, me: int) -> dict[int, Packet]:
+        if self._sent is None:
+            relayed = self.relayed
+            sent = self.children if relayed is None else _relay_packets(me, relayed)
+            self._sent = dict(sent)
+        return self._sent
+
+    def take_sent(self, me: int, child: int) -> Packet | None:
+        """The packet ``child`` got, forgotten here (it is being repaired away).
+
+        Only asked of a child still in ``waiting``, whose entry is then the
+        packet it was last sent: an acknowledged child's entry may be stale
+        (ACKs no longer remove it), but a child leaves ``waiting`` on its ACK
+        and comes back only through :meth:`set_sent`, which replaces it.
+        ``me`` is the node holding this record."""
+        return self._packets(me).pop(child, None)
+
+    def set_sent(self, me: int, child: int, packet: Packet) -> None:
+        """``child`` (a repair's new child) was sent ``packet`` by ``me``."""
+        self._packets(me)[child] = packet
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +235,17 @@ class _Topic:
     confirmed: bool = False
     published: bool = False
     last_pub: int = -1
-    last_rx: dict[tuple[int, int], int] = field(default_factory=dict)
+    last_rx: dict[StreamKey, int] = field(default_factory=dict)
     queue: deque[QueueItem] = field(default_factory=deque)
     in_flight: RoundId | None = None
-    # The subscriptions this node's PUB round in flight went to, as the op
-    # (node, incarnation, rc) of each subscriber's view entry when it left: a
-    # round to an old life, or to an older subscription of the same life,
-    # does not reach a newer subscription (see VCubePS._sync_bound).
-    round_subs: frozenset[tuple[int, int, int]] = frozenset()
+    # The view this node's PUB round in flight was routed over: its subscribed
+    # entries are the subscriptions (op node, incarnation, rc) the round went
+    # to.  A round to an old life, or to an older subscription of the same
+    # life, does not reach a newer subscription (see VCubePS._sync_bound).
+    # Kept as the view dict itself, frozen by marking the view shared (the
+    # next change copies it), rather than as a set of N ops per round: that
+    # set cost O(N) time per round and O(N) memory per node (issue 21).
+    round_view: dict[int, ViewEntry] = field(default_factory=dict)
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
@@ -207,11 +258,14 @@ class _Topic:
     waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
     # The newest round received from each source stream (the one that brought
     # its newest publication here): what this node relays if it crashes.
-    last_round: dict[tuple[int, int], tuple[PubMessage, ...]] = field(default_factory=dict)
-    # Streams whose last round arrived while this node's subscription was
-    # confirmed: it may have delivered from them, so it owes their relay at the
-    # source's crash even if it unsubscribes meanwhile (agreement).
-    relay_owed: set[tuple[int, int]] = field(default_factory=set)
+    last_round: dict[StreamKey, tuple[PubMessage, ...]] = field(default_factory=dict)
+    # A stream of ``last_round`` whose last round arrived while this node's
+    # subscription was confirmed may have been delivered from: the node owes
+    # its relay at the source's crash even if it unsubscribes meanwhile
+    # (agreement).  Kept as the complement, the streams of ``last_round`` not
+    # owed (a subset of its keys), empty while the subscription stays
+    # confirmed instead of an entry per source.
+    relay_unowed: set[StreamKey] = field(default_factory=set)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
@@ -228,6 +282,24 @@ class _Topic:
         return self.subs_cache
 
     view_shared: bool = False
+
+    def freeze_round_view(self) -> None:
+        """A PUB round leaves over the current view: keep it as ``round_view``.
+
+        Invariant: ``round_view`` never changes afterwards, because a shared
+        view is copied before its first change (:meth:`set_entry`,
+        :meth:`drop_entry`)."""
+        self.round_view, self.view_shared = self.view, True
+
+    def round_reached(self, op: MsgId) -> bool:
+        """Whether the PUB round in flight (the last one sent) went to subscription ``op``."""
+        entry = self.round_view.get(op.source)
+        return (
+            entry is not None
+            and entry.subscribed
+            and entry.incarnation == op.incarnation
+            and entry.rc == op.seq
+        )
 
     def set_entry(self, entry: ViewEntry) -> None:
         if self.view_shared:  # copy on first write (see preset_subscription)
@@ -263,10 +335,35 @@ def _deps(msg: PubMessage) -> list[Dep]:
     barrier, so it is named too to keep per-source FIFO explicit.
     """
     deps: list[Dep] = list(msg.deps)
-    deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
+    if msg.op_deps:
+        deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
     if msg.prev >= 0:
         deps.append((msg.id.source, msg.id.incarnation, msg.prev))
     return deps
+
+
+def _relay_packets(me: int, packet: PubRound | Uns) -> list[tuple[int, Packet]]:
+    """What node ``me`` forwards of a received PUB or UNS round: to each child on
+    its route, the packet with that child's share of the route (a pure function
+    of ``me`` and ``packet``, so it can be made again for a repair)."""
+    children: list[tuple[int, Packet]] = []
+    for child, share in partition_sorted(me, packet.dests):
+        if isinstance(packet, PubRound):
+            children.append((child, PubRound(packet.round, packet.topic, packet.messages, share)))
+        else:
+            children.append((child, Uns(packet.round, packet.topic, packet.op, share)))
+    return children
+
+
+def _strictly_increasing(ids: tuple[int, ...]) -> bool:
+    """Whether ``ids`` is sorted without duplicates (a route is; most have 0 or 1 id)."""
+    return len(ids) < 2 or list(ids) == sorted(set(ids))
+
+
+def _dead_stream(key: StreamKey, node: int, incarnation: int) -> bool:
+    """Whether stream ``key`` is one of ``node``'s up to ``incarnation``."""
+    source, inc = _stream_of(key)
+    return source == node and inc <= incarnation
 
 
 def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
@@ -529,10 +626,11 @@ class VCubePS:
         if state.confirmed:
             out.extend(self._release(state, self._settle_dead_streams(state, node, incarnation)))
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
-        for stream in [k for k in state.last_round if k[0] == node and k[1] <= incarnation]:
+        gone = [k for k in state.last_round if _dead_stream(k, node, incarnation)]
+        for stream in gone:
             messages = state.last_round.pop(stream)
-            owed = state.subscribed or stream in state.relay_owed
-            state.relay_owed.discard(stream)
+            owed = state.subscribed or stream not in state.relay_unowed
+            state.relay_unowed.discard(stream)
             if owed and any(n != self.id for n in state.subscribers()):
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
@@ -561,7 +659,7 @@ class VCubePS:
         for ``dead``'s.  Receivers that had the round already drop its
         publications by id and forward it anyway: their own sub-trees may miss it.
         """
-        pkt = pending.sent.pop(dead, None)
+        pkt = pending.take_sent(self.id, dead)
         pending.waiting.discard(dead)
         if pkt is not None and pkt.round != rid:
             # ``dead`` held an earlier repair copy: its late ACK is now stale.
@@ -576,7 +674,7 @@ class VCubePS:
             child, packet = new
             self._repair_of[packet.round] = rid
             pending.waiting.add(child)
-            pending.sent[child] = packet
+            pending.set_sent(self.id, child, packet)
             self._note_lives(pending, [child])
             self.repaired += 1
             out.append(Send(child, packet))
@@ -629,7 +727,12 @@ class VCubePS:
     def _check_remote(self, topic: str, messages: tuple[PubMessage, ...] = ()) -> None:
         """Reject a packet whose sizes break the configured limits (before any state change)."""
         cfg = self.config
-        if not isinstance(topic, str) or not topic or len(topic.encode()) > cfg.max_topic_len:
+        # A topic this node holds passed the same checks when it was created
+        # (_topic): encoding its name again on every packet is wasted work.
+        known = isinstance(topic, str) and topic in self._topics
+        if not known and (
+            not isinstance(topic, str) or not topic or len(topic.encode()) > cfg.max_topic_len
+        ):
             raise RemoteProtocolError(f"bad topic name {str(topic)[:64]!r}")
         if len(messages) > cfg.max_round_messages:
             raise RemoteProtocolError(f"round of {len(messages)} publications exceeds the limit")
@@ -649,7 +752,7 @@ class VCubePS:
             raise RemoteProtocolError("too many rounds awaiting acknowledgement")
 
     def _fresh(
-        self, last_rx: dict[tuple[int, int], int], messages: tuple[PubMessage, ...]
+        self, last_rx: dict[StreamKey, int], messages: tuple[PubMessage, ...]
     ) -> tuple[tuple[PubMessage, ...], int | None]:
         """The publications of a round not received before, and the stream's new last seq.
 
@@ -664,7 +767,7 @@ class VCubePS:
         if not messages:
             return (), None
         source, inc = messages[0].id.source, messages[0].id.incarnation
-        last = before = last_rx.get((source, inc), -1)
+        last = before = last_rx.get(_stream_key(source, inc), -1)
         prev = -1
         for msg in messages:
             if (msg.id.source, msg.id.incarnation) != (source, inc) or msg.id.seq <= prev:
@@ -699,7 +802,7 @@ class VCubePS:
         dests: tuple[int, ...],
         messages: tuple[PubMessage, ...],
     ) -> list[Output]:
-        if sender == self.id or self.id in dests or list(dests) != sorted(set(dests)):
+        if sender == self.id or self.id in dests or not _strictly_increasing(dests):
             raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
@@ -709,35 +812,30 @@ class VCubePS:
         state = known or self._topic(packet.topic)
         out: list[Output] = []
         if last_rx is not None:  # something new: the newest round of its stream here
-            stream = (messages[0].id.source, messages[0].id.incarnation)
+            stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
             # Only then: a relay of an older round, all duplicates, must not
             # replace the newest one as what this node relays at the crash.
             state.last_round[stream] = messages
-            if state.confirmed:
-                state.relay_owed.add(stream)
-            else:
-                state.relay_owed.discard(stream)
+            if not state.confirmed:
+                state.relay_unowed.add(stream)
+            elif state.relay_unowed:
+                state.relay_unowed.discard(stream)
             state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
-        children: list[tuple[int, Packet]] = []
-        for child, share in partition_sorted(self.id, dests):
-            if isinstance(packet, PubRound):
-                children.append((child, PubRound(packet.round, packet.topic, messages, share)))
-            else:
-                children.append((child, Uns(packet.round, packet.topic, packet.op, share)))
+        children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
         if messages and (state.held or (self.config.aggregation and state.confirmed)):
             if not children:
                 out.append(self._ack_for(packet.round, pending))
             else:
-                self._track(packet.round, pending, children)
+                self._track(packet.round, pending, children, packet)
             out.extend(self._aggregate(state, messages, children))
             out.extend(self._repair_known_dead(packet.round, pending))
             return out
-        out.extend(self._forward(packet.round, pending, children))
+        out.extend(self._forward(packet.round, pending, children, packet))
         return out
 
     @staticmethod
@@ -811,15 +909,18 @@ class VCubePS:
         almost all of it has usually arrived already."""
         if not (self.config.aggregation and state.confirmed):
             return []
-        last_rx, bounds, dead = state.last_rx, state.bounds, self._dead
-        return [
-            (d, state.tree_kids(self.id, d.source))
-            for d in first.deps
-            if d.source != self.id
-            and d.source not in dead
-            and last_rx.get((d.source, d.incarnation), -1) < d.seq
-            and d.seq >= bounds.get((d.source, d.incarnation), 0)
-        ]
+        me, last_rx, bounds, dead = self.id, state.last_rx, state.bounds, self._dead
+        found: list[tuple[MsgId, tuple[int, ...]]] = []
+        for d in first.deps:
+            src, inc, seq = d
+            if src == me or src in dead:
+                continue
+            if last_rx.get(src if inc == 0 else (src, inc), -1) >= seq:
+                continue  # received already: the common case
+            if bounds and seq < bounds.get((src, inc), 0):
+                continue  # predates this subscription: not owed
+            found.append((d, state.tree_kids(me, src)))
+        return found
 
     def _blockers(
         self,
@@ -836,7 +937,8 @@ class VCubePS:
         found: set[MsgId] = set()
         if held is not None:
             found.update(d for d in first.deps if d in held)
-        found.update(d for d, kids in coming if child in kids)
+        if coming:
+            found.update(d for d, kids in coming if child in kids)
         return found
 
     def _resolve(
@@ -877,20 +979,33 @@ class VCubePS:
         return out
 
     def _forward(
-        self, rid: RoundId, pending: _Pending, children: list[tuple[int, Packet]]
+        self,
+        rid: RoundId,
+        pending: _Pending,
+        children: list[tuple[int, Packet]],
+        relayed: PubRound | Uns | None = None,
     ) -> list[Output]:
         """Send a round on to ``children``; a leaf acknowledges at once (lines 48-59)."""
         if not children:
             return [self._ack_for(rid, pending)]
-        self._track(rid, pending, children)
+        self._track(rid, pending, children, relayed)
         out: list[Output] = [Send(child, pkt) for child, pkt in children]
         out.extend(self._repair_known_dead(rid, pending))
         return out
 
-    def _track(self, rid: RoundId, pending: _Pending, children: list[tuple[int, Packet]]) -> None:
-        """Record ``pending``, what each child got and which life of it (for
-        :meth:`_repair_child`)."""
-        pending.sent = dict(children)
+    def _track(
+        self,
+        rid: RoundId,
+        pending: _Pending,
+        children: list[tuple[int, Packet]],
+        relayed: PubRound | Uns | None = None,
+    ) -> None:
+        """Record ``pending``, what each child got (``children``, or the ``relayed``
+        packet they were made from) and which life of it (for :meth:`_repair_child`)."""
+        if relayed is None:
+            pending.children = children
+        else:
+            pending.relayed = relayed
         if self._life:
             self._note_lives(pending, [c for c, _ in children])
         self._pending[rid] = pending
@@ -980,7 +1095,7 @@ class VCubePS:
         life, or a subscription it has left since) may arrive before the
         announced one started: not owed, so not in the bound."""
         pending = self._pending.get(state.in_flight) if state.in_flight else None
-        reached = announced in state.round_subs
+        reached = state.round_reached(announced)
         if pending is not None and pending.kind == "PUB" and reached:
             return pending.ids[0].seq
         for item in state.queue:
@@ -1009,7 +1124,6 @@ class VCubePS:
                 key = (b.node, b.incarnation)
                 pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
         pending.waiting.discard(sender)
-        pending.sent.pop(sender, None)
         if pending.waiting:
             return []
         return self._finish(rid, pending)
@@ -1101,8 +1215,7 @@ class VCubePS:
             batch = self._take_batch(state, head)
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "PUB", tuple(m.id for m in batch)
-            view = state.view
-            state.round_subs = frozenset((n, view[n].incarnation, view[n].rc) for n in subs)
+            state.freeze_round_view()
         waiting = {c for c, _ in children}
         return children, _Pending(name, kind, None, waiting, ids)
 
@@ -1318,7 +1431,7 @@ class VCubePS:
     def _skipped(state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg`` predates this subscription: never delivered, never waited for."""
         src, inc = msg.id.source, msg.id.incarnation
-        bound = state.bounds.get((src, inc))
+        bound = state.bounds.get((src, inc)) if state.bounds else None
         if bound is not None:
             return msg.id.seq < bound
         return inc <= state.retired.get(src, -1)

@@ -14,17 +14,17 @@ path can beat a direct one.
 from __future__ import annotations
 
 import gc
-import heapq
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
-from causal import BroadcastConfig, MsgId, PacketLimits, pack
+from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
 from p2p.sim._delay import DelayModel
-from p2p.sim._frames import BroadcastCore, Frame, Part, part_size, parts_of
+from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
+from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder
 from topics import (
     Delivered,
@@ -93,6 +93,12 @@ class _NodeClock:
     node still handles its inputs in order."""
 
 
+def _bucket_width(delays: DelayModel) -> float:
+    """The event calendar's bucket width: a fraction of the typical hop delay, so
+    the bucket being consumed stays a small heap (it sets speed, never order)."""
+    return max(delays.tpc, delays.tt, delays.tpp_mean / 100, 1e-9)
+
+
 class Simulation:
     """Runs one protocol core per node over a simulated network.
 
@@ -137,7 +143,7 @@ class Simulation:
         self.nodes: dict[int, Core] = {n: self._make(n, config) for n in node_ids}
         self.clocks = {n: _NodeClock() for n in node_ids}
         self.now = 0.0
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap = EventQueue(_bucket_width(self.delays))
         self._seq = 0
         self.recorder = Recorder(
             self.index,
@@ -193,7 +199,7 @@ class Simulation:
     _ACTION, _ARRIVE, _NOTIFY, _PROCESS = 0, 1, 2, 3
 
     def _push(self, time: float, kind: int, item: object) -> None:
-        heapq.heappush(self._heap, (time, self._seq, kind, item))
+        self._heap.push((time, self._seq, kind, item))
         self._seq += 1
 
     def schedule(
@@ -239,11 +245,19 @@ class Simulation:
 
     def step(self) -> bool:
         """Process the next event; ``False`` when nothing is left to do."""
-        if not self._heap:
+        entry = self._heap.pop_until(None)
+        if entry is None:
             return False
-        time, _, kind, item = heapq.heappop(self._heap)
+        self._dispatch(entry)
+        return True
+
+    def _dispatch(self, entry: Entry) -> None:
+        """Run one event popped from the queue (packet arrivals, the bulk, first)."""
+        time, _, kind, item = entry
         self.now = time
-        if kind == self._ACTION:
+        if kind == self._ARRIVE:
+            self._on_arrival(cast(_PacketItem, item))
+        elif kind == self._ACTION:
             action, node, topic, payload = cast(_ActionItem, item)
             if action in ("CRASH", "RECOVER"):
                 if action == "CRASH":
@@ -253,11 +267,8 @@ class Simulation:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
             self._notify(*cast(tuple[int, int, int, bool], item))
-        elif kind == self._PROCESS:
-            self._run_deferred(cast(_Deferred, item))
         else:
-            self._on_arrival(cast(_PacketItem, item))
-        return True
+            self._run_deferred(cast(_Deferred, item))
 
     def _on_arrival(self, item: _PacketItem) -> None:
         """A packet reaches ``dest``, unless an endpoint crashed first.
@@ -267,7 +278,7 @@ class Simulation:
         sender's link at its crash instant (not fully transmitted) never left.
         """
         sender, dest, packet, life, sender_life = item
-        died = self._died.get((sender, sender_life))
+        died = self._died.get((sender, sender_life)) if self._died else None
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
         elif dest in self.down or life != self.incarnation[dest]:
@@ -286,7 +297,8 @@ class Simulation:
         """
         if self.clocks[node].deferred:
             return True
-        return any(t <= end for t in self._crashes.get(node, ()))
+        crashes = self._crashes.get(node)
+        return crashes is not None and any(t <= end for t in crashes)
 
     def _defer(self, at: float, node: int, what: str, args: tuple[Any, ...]) -> None:
         self.clocks[node].deferred += 1
@@ -322,12 +334,15 @@ class Simulation:
         paused = self.pause_gc and gc.isenabled()
         if paused:
             gc.disable()
+        pop, dispatch = self._heap.pop_until, self._dispatch
+        limit = float("inf") if max_events is None else max_events
+        done = 0
         try:
-            done = 0
-            while self._heap and (until is None or self._heap[0][0] <= until):
-                if max_events is not None and done >= max_events:
+            while done < limit:
+                entry = pop(until)
+                if entry is None:
                     break
-                self.step()
+                dispatch(entry)
                 done += 1
         finally:
             if paused:
@@ -523,8 +538,8 @@ class Simulation:
         limits = self.limits
         if self.aggregation != "on":
             for send in sends:
-                for chunk in pack(parts_of(send.packet), part_size, limits):
-                    self._transmit(src, send.dest, Frame(chunk, limits.header), ready)
+                for frame in pack_frames(parts_of(send.packet), limits):
+                    self._transmit(src, send.dest, frame, ready)
             return
         by_dest: dict[int, list[Part]] = {}
         for send in sends:
@@ -532,10 +547,9 @@ class Simulation:
         for dst, parts in by_dest.items():
             last = self._last_frame.get((src, dst))
             if last is not None and last.start > ready:
-                while parts and last.fits(part_size(parts[0]), limits):
-                    last.add(parts.pop(0))
-            for chunk in pack(parts, part_size, limits):
-                self._transmit(src, dst, Frame(chunk, limits.header), ready)
+                parts = join_frame(last, parts, limits)
+            for frame in pack_frames(parts, limits):
+                self._transmit(src, dst, frame, ready)
 
     def _transmit(self, src: int, dst: int, packet: Frame, ready: float) -> None:
         """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``."""
@@ -557,8 +571,8 @@ class Simulation:
             tpp = self.delays.propagation(self.rng)
         self.recorder.sent(src, packet, len(q) - 1)
         self._last_frame[(src, dst)] = packet
-        lives = (self.incarnation[dst], self.incarnation[src])
-        self._push(depart + tpp, self._ARRIVE, (src, dst, packet, *lives))
+        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
+        self._push(depart + tpp, self._ARRIVE, item)
 
 
 __all__ = ["PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]

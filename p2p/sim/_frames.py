@@ -74,9 +74,10 @@ class Frame:
 
     __slots__ = ("parts", "size", "start")
 
-    def __init__(self, parts: list[Part], header: int = 20) -> None:
+    def __init__(self, parts: list[Part], header: int = 20, body: int | None = None) -> None:
+        """``body``, if given, is the parts' total size (the caller measured them)."""
         self.parts = parts
-        self.size = header + sum(part_size(p) for p in parts)
+        self.size = header + (sum(part_size(p) for p in parts) if body is None else body)
         self.start = 0.0
 
     def __repr__(self) -> str:
@@ -88,12 +89,37 @@ class Frame:
         kinds = {p.kind for p in self.parts}
         return kinds.pop() if len(kinds) == 1 else "MIXED"
 
-    def fits(self, size: int, limits: PacketLimits) -> bool:
-        return self.size + size <= limits.mtu
 
-    def add(self, part: Part) -> None:
-        self.parts.append(part)
-        self.size += part_size(part)
+def pack_frames(parts: list[Part], limits: PacketLimits) -> list[Frame]:
+    """``parts`` in link packets, in order: :func:`causal.pack` made into
+    :class:`Frame` s, measuring each part once (the simulator's hot path)."""
+    frames: list[Frame] = []
+    current: list[Part] = []
+    used = 0
+    room, header = limits.room, limits.header
+    for part in parts:
+        size = part_size(part)
+        if current and used + size > room:
+            frames.append(Frame(current, header, used))
+            current, used = [], 0
+        current.append(part)
+        used += size
+    if current:
+        frames.append(Frame(current, header, used))
+    return frames
+
+
+def join_frame(last: Frame, parts: list[Part], limits: PacketLimits) -> list[Part]:
+    """Add to ``last`` the leading parts that fit its MTU; return the others."""
+    taken = 0
+    for part in parts:
+        size = part_size(part)
+        if last.size + size > limits.mtu:
+            break
+        last.parts.append(part)
+        last.size += size
+        taken += 1
+    return parts[taken:]
 
 
 class BroadcastCore:
@@ -163,6 +189,8 @@ __all__ = [
     "Frame",
     "Part",
     "frame_ids",
+    "join_frame",
+    "pack_frames",
     "part_messages",
     "part_size",
     "parts_of",

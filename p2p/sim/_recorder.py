@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from causal import MessageSet, MsgId
-from p2p.sim._frames import Frame, frame_ids, part_messages
+from p2p.sim._frames import Frame, frame_ids
 from topics import PubRound
 
 
@@ -171,18 +171,22 @@ class Recorder:
     def arrived(self, dest: int, frame: Frame, src: int | None = None, now: float = 0.0) -> None:
         """A link packet arrived: its content is final, count it."""
         msgs = 0
+        packets = self.packets
         for part in frame.parts:
-            self.packets[part.kind] += 1
-            msgs += part_messages(part)
-            if isinstance(part, MessageSet):
-                for bm in part.messages:
-                    if bm.source == src:
-                        self.barrier_sizes.setdefault(bm.id, len(bm.clock))
+            packets[part.kind] += 1
             if isinstance(part, PubRound):
+                msgs += 1  # one, as part_messages counts every part but a MessageSet
                 self.msgs_per_pub_packet[len(part.messages)] += 1
                 if part.round.source == src:
                     for m in part.messages:
                         self.barrier_sizes.setdefault(m.id, len(m.deps) + len(m.op_deps))
+            elif isinstance(part, MessageSet):
+                msgs += len(part.messages)
+                for bm in part.messages:
+                    if bm.source == src:
+                        self.barrier_sizes.setdefault(bm.id, len(bm.clock))
+            else:
+                msgs += 1
         if src is not None:
             self.messages_sent[src] += msgs
         self.msgs_per_frame[msgs] += 1

@@ -1,0 +1,105 @@
+"""Golden runs of the simulator: fixed scenarios and seeds, pinned outputs.
+
+Speed work on the engine and the cores (issue 21) must not change what a run
+does.  Each case runs a fixed scenario and hashes everything the recorder
+saw (the full trace, the metrics, the per-link packet log, the hold-backs)
+with the engine's loss counters; the digests were taken before the speed
+changes.  A mismatch means behaviour changed: packet counts, delivery order,
+timing or the order of random draws.  The counts are asserted too, so a
+failure says what moved before one compares digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+
+import pytest
+
+from p2p.sim import DelayModel, Simulation, legal_script
+
+
+def _digest(sim: Simulation, events: int) -> str:
+    """A hash of everything observable about a finished run."""
+    rec = sim.recorder
+    trace = io.StringIO()
+    rec.write_trace(trace)
+    doc = {
+        "metrics": rec.metrics(),
+        "links": [list(map(repr, link)) for link in rec.links],
+        "holds": [repr(h) for h in rec.holds],
+        "refusals": rec.refusals,
+        "lost": sim.lost,
+        "unsent": sim.unsent,
+        "now": repr(sim.now),
+        "events": events,
+    }
+    blob = trace.getvalue() + json.dumps(doc, sort_keys=True, default=repr)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _all_publish(protocol: str, aggregation: str, nodes: int, seed: int) -> tuple[Simulation, int]:
+    """The benchmark's case shape (bench.sim_speed ``a``/``b``): oracle start, each
+    node publishes once at a uniform time in [0, 1000]."""
+    sim = Simulation(
+        list(range(nodes)),
+        protocol=protocol,
+        aggregation=aggregation,
+        delays=DelayModel(),
+        seed=seed,
+        record_links=True,
+    )
+    sim.preset_subscriptions("t", range(nodes))
+    rng = random.Random(seed)
+    for node in range(nodes):
+        sim.schedule(rng.uniform(0.0, 1000.0), "PUB", node, "t", b"x" * 32)
+    return sim, sim.run()
+
+
+def _churn(seed: int, *, recover: bool) -> tuple[Simulation, int]:
+    """SUB rounds, UNS, publications on two topics, crashes (and recoveries)."""
+    nodes = 24
+    rng = random.Random(seed)
+    steps = [
+        (rng.uniform(0.0, 4000.0), rng.randrange(nodes), rng.choice("ab"), rng.randrange(10))
+        for _ in range(nodes * 5)
+    ]
+    sim = Simulation(list(range(nodes)), seed=seed, record_links=True)
+    for time, action, node, topic in legal_script(
+        steps, crash_roll=9, max_down=nodes // 3, recover=recover
+    ):
+        sim.schedule(time, action, node, topic, b"p" if action == "PUB" else b"")
+    return sim, sim.run()
+
+
+GOLDEN: dict[str, tuple[dict[str, int], int, str]] = {
+    "causal-broadcast/on/32": ({"MSG": 942}, 1024, "e6dd1f5064c1b516"),
+    "churn/crash": ({"ACK": 1016, "PUB": 308, "SUB": 696, "UNS": 72}, 359, "c6dc32c75514c6df"),
+    "churn/recover": ({"ACK": 2085, "PUB": 726, "SUB": 1102, "UNS": 349}, 431, "0d645c8f46a2d457"),
+    "srpt/on/32": ({"PUB": 1007}, 1024, "7b34400e17a67383"),
+    "vcube-ps/causal/40": ({"ACK": 1560, "PUB": 1560}, 1600, "8fc174324fe72fd8"),
+    "vcube-ps/off/40": ({"ACK": 1560, "PUB": 1560}, 1600, "328be25731cb5a1a"),
+    "vcube-ps/on/64": ({"ACK": 4032, "PUB": 4032}, 4096, "3480bffedf523b1d"),
+}
+"""case -> (packets by kind, deliveries, digest)."""
+
+
+CASES = {
+    "vcube-ps/on/64": lambda: _all_publish("vcube-ps", "on", 64, 7),
+    "vcube-ps/causal/40": lambda: _all_publish("vcube-ps", "causal", 40, 8),
+    "vcube-ps/off/40": lambda: _all_publish("vcube-ps", "off", 40, 9),
+    "srpt/on/32": lambda: _all_publish("srpt", "on", 32, 10),
+    "causal-broadcast/on/32": lambda: _all_publish("causal-broadcast", "on", 32, 11),
+    "churn/crash": lambda: _churn(12, recover=False),
+    "churn/recover": lambda: _churn(13, recover=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_run(case: str) -> None:
+    sim, events = CASES[case]()
+    rec = sim.recorder
+    got = (dict(sorted(rec.packets.items())), rec.deliveries, _digest(sim, events))
+    assert got == GOLDEN[case]
