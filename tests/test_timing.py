@@ -113,8 +113,8 @@ def test_timeouts_stay_within_base_and_ceiling(
 # ------------------------------------------------------------ in the detector --
 
 
-def _pair(max_timeout: float | None) -> tuple[Detector, Detector]:
-    cfg = DetectorConfig(interval=1.0, timeout=1.0, attempts=1, max_timeout=max_timeout)
+def _pair(max_timeout: float | None, attempts: int = 1) -> tuple[Detector, Detector]:
+    cfg = DetectorConfig(interval=1.0, timeout=1.0, attempts=attempts, max_timeout=max_timeout)
     a, b = Detector(1, 1, config=cfg), Detector(2, 1, config=cfg)
     a.join(2, 1, 0.0)
     b.join(1, 1, 0.0)
@@ -132,9 +132,9 @@ def _probe_to(outs: Sequence[object], dest: int) -> Probe:
 
 def _answer(a: Detector, b: Detector, probe: Probe, at: float) -> None:
     """``b`` answers ``a``'s probe, and the answer reaches ``a`` at ``at``."""
-    for o in b.receive(1, probe, at):
+    for o in b.receive(a.me, probe, at):
         if isinstance(o, SendDetector) and isinstance(o.msg, Reply):
-            a.receive(2, o.msg, at)
+            a.receive(b.me, o.msg, at)
 
 
 def test_a_slow_live_node_is_not_suspected_where_a_fixed_timeout_suspects_it() -> None:
@@ -204,9 +204,7 @@ def _trio(max_timeout: float | None) -> Detector:
         b.join(0, 1, 0.0)
     for o in a.tick(0.0):
         if isinstance(o, SendDetector) and isinstance(o.msg, Probe):
-            for r in peers[o.dest].receive(0, o.msg, 0.01):
-                if isinstance(r, SendDetector):
-                    a.receive(o.dest, r.msg, 0.01)
+            _answer(a, peers[o.dest], o.msg, 0.01)
     return a
 
 
@@ -240,10 +238,7 @@ def test_without_adaptive_timeouts_there_is_no_self_doubt() -> None:
 
 def _answered_pair(attempts: int) -> tuple[Detector, Detector]:
     """Two nodes, node 1's first probe to node 2 answered in 1 ms."""
-    cfg = DetectorConfig(interval=1.0, timeout=1.0, attempts=attempts, max_timeout=8.0)
-    a, b = Detector(1, 1, config=cfg), Detector(2, 1, config=cfg)
-    a.join(2, 1, 0.0)
-    b.join(1, 1, 0.0)
+    a, b = _pair(8.0, attempts)
     _answer(a, b, _probe_to(a.tick(0.0), 2), 0.001)
     return a, b
 

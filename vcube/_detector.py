@@ -206,7 +206,8 @@ class DetectorConfig:
     this.  ``None`` (or ``timeout``): every probe gets exactly ``timeout``."""
 
     def __post_init__(self) -> None:
-        for name in ("interval", "timeout"):
+        adaptive = () if self.max_timeout is None else ("max_timeout",)
+        for name in ("interval", "timeout", *adaptive):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise DetectorError(f"{name} must be a number, got {value!r}")
@@ -218,14 +219,8 @@ class DetectorConfig:
                 raise DetectorError(f"{name} must be an integer >= 1, got {value!r}")
         if type(self.push) is not bool:
             raise DetectorError(f"push must be a bool, got {self.push!r}")
-        top = self.max_timeout
-        if top is not None and (
-            isinstance(top, bool)
-            or not isinstance(top, int | float)
-            or not math.isfinite(top)
-            or top < self.timeout
-        ):
-            raise DetectorError(f"max_timeout must be a number >= timeout, got {top!r}")
+        if self.max_timeout is not None and self.max_timeout < self.timeout:
+            raise DetectorError(f"max_timeout must be >= timeout, got {self.max_timeout!r}")
 
 
 # ----------------------------------------------------------------- messages --
