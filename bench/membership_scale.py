@@ -213,12 +213,11 @@ def _deliveries(trace: list[TraceEvent], n: int, killed: bool) -> dict[str, Any]
     }
 
 
-def _detection(dirs: list[Path], killed: float | None) -> dict[str, Any]:
-    """Seconds from the SIGKILL of the last node to each other node's
-    suspicion of it (from the log lines' timestamps, this host's clock)."""
-    if killed is None:
+def _detection(dirs: list[Path], killed: float | None, victim: str | None) -> dict[str, Any]:
+    """Seconds from the SIGKILL of ``victim`` (the last node) to each other
+    node's suspicion of it (from the log lines' timestamps, this host's clock)."""
+    if killed is None or victim is None:
         return {}
-    victim = _victim(dirs)
     times, missed = [], 0
     for d in dirs[:-1]:
         seen = [
@@ -246,10 +245,9 @@ def _victim(dirs: list[Path]) -> str:
     return words[words.index("node") + 1] if "node" in words else "?"
 
 
-def _logs(dirs: list[Path], killed: float | None) -> dict[str, int]:
-    """Counts of log lines; a suspicion of the killed node is not a false one."""
+def _logs(dirs: list[Path], victim: str | None) -> dict[str, int]:
+    """Counts of log lines; a suspicion of the killed ``victim`` is not a false one."""
     counts: Counter[str] = Counter()
-    victim = _victim(dirs) if killed is not None else None
     for d in dirs:
         text = (d / "stderr.log").read_text(errors="replace")
         rightly = text.count(f" WARNING suspect {victim}") if victim else 0
@@ -291,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"running {args.nodes} nodes ({args.discovery}) ...", file=sys.stderr, flush=True)
         cpu: list[tuple[float, float]] = []
         codes, killed = _run(args, dirs, cpu)
+        victim = _victim(dirs) if killed is not None else None
         trace = _traces(dirs)
         violations = check_trace(trace, quiescent=False)
         doc = {
@@ -299,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             "discovery": args.discovery,
             "settings": settings,
             "exit_codes": dict(Counter(str(c) for c in codes)),
-            "logs": _logs(dirs, killed),
-            "detection_of_a_sigkill": _detection(dirs, killed),
+            "logs": _logs(dirs, victim),
+            "detection_of_a_sigkill": _detection(dirs, killed, victim),
             "deliveries": _deliveries(trace, args.nodes, killed is not None),
             "trace_violations": len(violations),
             "trace_violations_first": format_violations(violations, limit=5) if violations else "",
