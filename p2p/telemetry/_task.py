@@ -131,6 +131,18 @@ class _HistSums:
         ]
 
 
+_FLEET_NODE = (
+    "packets_sent",
+    "packets_received",
+    "bytes_sent",
+    "bytes_received",
+    "suspicions",
+    "repairs",
+    "rejected",
+    "dropped",
+)
+"""The node counters the fleet table sums (one source: the layout below uses it)."""
+
 # fleet partial layout (per window): name -> (index, merge op)
 FLEET_FIELDS = (
     ("devices", "sum"),
@@ -145,28 +157,11 @@ FLEET_FIELDS = (
     ("rss_max", "max"),
     ("cpu_s", "sum"),
     ("node_window_s", "sum"),
-    ("packets_sent", "sum"),
-    ("packets_received", "sum"),
-    ("bytes_sent", "sum"),
-    ("bytes_received", "sum"),
-    ("suspicions", "sum"),
-    ("repairs", "sum"),
-    ("rejected", "sum"),
-    ("dropped", "sum"),
+    *((name, "sum") for name in _FLEET_NODE),
     *((f"event_{e}", "sum") for e in EVENTS),
     ("latency", "hist"),
 )
 _F = {name: i for i, (name, _) in enumerate(FLEET_FIELDS)}
-_FLEET_NODE = (
-    "packets_sent",
-    "packets_received",
-    "bytes_sent",
-    "bytes_received",
-    "suspicions",
-    "repairs",
-    "rejected",
-    "dropped",
-)
 
 
 _RECORDS = _F["records"]
