@@ -707,6 +707,9 @@ class Node:
             )
             self.detector = Detector(self.id, self.incarnation, config=dcfg)
         self._alive: set[int] = set()
+        self._seeded: dict[int, tuple[str, int]] = {}
+        """Seeds that received this node's records, by id: one whose own record has
+        not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
         self._incs: dict[int, int] = {}
         self._dead: dict[int, int] = {}
         self._heard: dict[int, int | None] = {}
@@ -1157,14 +1160,7 @@ class Node:
         while True:
             try:
                 await self._exchange_with(host, port)
-            except (
-                OSError,
-                SecurityError,
-                WireError,
-                EOFError,
-                trio.TooSlowError,
-                trio.BrokenResourceError,
-            ) as exc:
+            except _ONE_OFF_ERRORS as exc:
                 self.quiet.warn(("seed", address), "seed %s unreachable: %s", address, _why(exc))
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, self.config.seed_interval)
@@ -1174,15 +1170,24 @@ class Node:
 
     async def _exchange_with(self, host: str, port: int) -> None:
         """Send our records to ``host:port`` asking for its own (it answers on its link)."""
-        stream, session = await self.dial_address(host, port)
-        try:
+        async with self._dialled(host, port) as (stream, session):
             if session.peer_id == self.id:
                 return  # the seed list names this node itself
+            self._seeded[session.peer_id] = (host, port)
             records = self.known_records()
             for i in range(0, len(records), EXCHANGE_CHUNK):
                 last = i + EXCHANGE_CHUNK >= len(records)
                 ex = PeerExchange(tuple(records[i : i + EXCHANGE_CHUNK]), reply=last)
                 await stream.send_all(frame(session.seal(encode_packets([], ex))))
+
+    @asynccontextmanager
+    async def _dialled(
+        self, host: str, port: int
+    ) -> AsyncIterator[tuple[trio.SocketStream, SecureSession]]:
+        """A one-off authenticated connection (no link), closed however the block ends."""
+        stream, session = await self.dial_address(host, port)
+        try:
+            yield stream, session
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
@@ -1647,6 +1652,27 @@ class Node:
         for node in list(self._alive):
             self._link(node).put_control(leave)
 
+    async def _leave_unmet_seeds(self) -> None:
+        """On a clean close: a seed that learnt this node but whose answer has not
+        arrived (it is not in ``_alive``, so :meth:`_announce_leave` missed it)
+        gets the LEAVE on a connection of its own, within ``drain_timeout``;
+        otherwise it would suspect a node that left."""
+        unmet = [a for n, a in self._seeded.items() if n not in self._alive and n not in self._dead]
+        if self.detector is None or not unmet:
+            return
+        with trio.move_on_after(self.config.drain_timeout):
+            async with trio.open_nursery() as nursery:
+                for host, port in unmet:
+                    nursery.start_soon(self._send_leave, host, port)
+
+    async def _send_leave(self, host: str, port: int) -> None:
+        try:
+            async with self._dialled(host, port) as (stream, session):
+                packet = encode_packets([], control=(Leave(self.incarnation),))
+                await stream.send_all(frame(session.seal(packet)))
+        except _ONE_OFF_ERRORS as exc:
+            log.debug("leave for seed %s:%d not sent: %s", host, port, _why(exc))
+
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():
             if event.kind == "up":
@@ -1807,18 +1833,31 @@ async def _open_node(
                     _settle_heap()
                     yield node
                     node._announce_leave()
+                    await node._leave_unmet_seeds()
                     await node._drain()
                     await node._last_upload()
             else:
                 _settle_heap()
                 yield node
                 node._announce_leave()
+                await node._leave_unmet_seeds()
                 await node._drain()
                 await node._last_upload()
         finally:
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
+
+
+_ONE_OFF_ERRORS = (
+    OSError,
+    SecurityError,
+    WireError,
+    EOFError,
+    trio.TooSlowError,
+    trio.BrokenResourceError,
+)
+"""What a one-off connection (a seed exchange, a leave) may fail with: logged, not raised."""
 
 
 def _why(exc: BaseException) -> str:

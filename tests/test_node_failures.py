@@ -442,3 +442,34 @@ def test_data_frames_carry_the_detector_version_and_spare_probes(tmp_path: Path)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_node_closed_before_its_seed_answered_still_leaves(tmp_path: Path) -> None:
+    """A seed-only node closed the moment its seed learnt it (the seed's own record
+    still on its way back) tells the seed it leaves: ``left``, never a suspicion."""
+    idents = _fleet(tmp_path, 2)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            c = Cluster(nursery, idents)
+            seed = await c.start(0, _config(None))
+            events: list[MembershipEvent] = []
+
+            async def watch() -> None:
+                async with seed.membership() as ev:
+                    async for e in ev:
+                        events.append(e)
+                        if e.kind == "joined":
+                            c.stops[1].set()  # before anything else runs on this loop
+
+            nursery.start_soon(watch)
+            await trio.sleep(0)
+            joiner = await c.start(1, _config(seed.port))
+            await _until(lambda: any(e.kind == "left" for e in events), 10, "the joiner's end")
+            seen = [(e.kind, e.reason) for e in events]
+            assert seen == [("joined", "discovered"), ("left", "left")]
+            assert joiner.id not in seed.members()
+            assert seed.stats["suspicions"] == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
