@@ -99,6 +99,16 @@ from p2p._wire import (
     frame,
     uint_size,
 )
+from p2p.machine import (
+    MemberDown,
+    MemberUp,
+    NodeMachine,
+    Reincarnated,
+    RoundStarted,
+    SendControl,
+    Stalled,
+    SuspicionCorrected,
+)
 from topics import (
     Bundle,
     Delivered,
@@ -114,20 +124,7 @@ from topics import (
     Subscribed,
     VCubePS,
 )
-from vcube import (
-    Corrected,
-    Detector,
-    DetectorError,
-    DetectorOutput,
-    Hypercube,
-    Joined,
-    Left,
-    RemoteDetectorError,
-    Restarted,
-    SelfSuspected,
-    SendDetector,
-    Suspected,
-)
+from vcube import Detector, DetectorError, Hypercube, RemoteDetectorError
 
 if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetry_dir)
     from p2p.telemetry._recorder import Recorder
@@ -685,19 +682,16 @@ class Node:
         self.config = config
         self.id = identity.node_id
         self.port = 0
-        self.incarnation = new_incarnation()
-        """This process's incarnation (``p2p._liveness``), signed into its record."""
         # The core and the wire carry the payload behind its 8-byte stamp (_STAMP),
         # so they allow max_payload + 8 and the application gets max_payload exactly.
         stamped = replace(config.pubsub, max_payload=config.pubsub.max_payload + _STAMP_SIZE)
-        self.core = VCubePS(
-            self.id,
-            overlay=Hypercube([self.id]),
-            config=stamped,
-            incarnation=self.incarnation,
-        )
-        self.detector: Detector | None = None
-        """The failure detector (``NodeConfig.detector``)."""
+
+        def make_core(incarnation: int) -> VCubePS:
+            return VCubePS(
+                self.id, overlay=Hypercube([self.id]), config=stamped, incarnation=incarnation
+            )
+
+        dcfg = None
         if config.detector:
             dcfg = detector_config(
                 config.detector_interval,
@@ -705,17 +699,19 @@ class Node:
                 config.detector_attempts,
                 config.detector_stretch,
             )
-            self.detector = Detector(self.id, self.incarnation, config=dcfg)
-        self._alive: set[int] = set()
+        self.machine = NodeMachine(
+            self.id, new_incarnation(), make_core, detector=dcfg, incarnations=next_incarnation
+        )
+        """Membership, the failure detector and the core, sans-IO (``p2p.machine``):
+        this class carries out its outputs and feeds it frames, hints and timers."""
+        self._alive = self.machine.alive
+        """The machine's own tables, read on hot paths (never assigned here)."""
         self._seeded: dict[int, tuple[str, int]] = {}
         """Seeds that received this node's records, by id: one whose own record has
         not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
-        self._incs: dict[int, int] = {}
-        self._dead: dict[int, int] = {}
-        self._heard: dict[int, int | None] = {}
-        """Peers a frame came from since the detector last heard of it, with the
-        newest detector version their frames carried (``None``: none did); one
-        dict write per frame, handed over by :meth:`_detector_flush`."""
+        self._incs = self.machine.incs
+        self._dead = self.machine.dead
+        self._heard = self.machine.heard
         self._gossip = RecordGossip(
             refresh=_DIGEST_REFRESH * config.detector_interval,
             resync=_DIGEST_RESYNC * config.detector_interval,
@@ -736,9 +732,9 @@ class Node:
         self._revocation_seen: tuple[int, int] | None = None
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
+        """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self._detecting = trio.CancelScope()
         """The detector loop; cancelled when the node starts leaving."""
-        """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self.peers: dict[int, Peer] = {}
         self.stats: dict[str, int] = dict.fromkeys(
             (
@@ -782,7 +778,6 @@ class Node:
         self._watchers: list[trio.MemorySendChannel[MembershipEvent]] = []
         self._nursery: trio.Nursery | None = None
         self._closed = False
-        self._version = 0
         self._limits = WireLimits.from_config(stamped, max_frame=config.max_frame)
         self.record = b""
         """This node's signed discovery record (set once it listens)."""
@@ -808,6 +803,21 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.id:016x}, port={self.port}, members={len(self.peers) + 1})"
 
+    @property
+    def core(self) -> VCubePS:
+        """The VCube-PS core of this node's current incarnation."""
+        return self.machine.core
+
+    @property
+    def incarnation(self) -> int:
+        """This process's incarnation (``p2p._liveness``), signed into its record."""
+        return self.machine.incarnation
+
+    @property
+    def detector(self) -> Detector | None:
+        """The failure detector (``NodeConfig.detector``)."""
+        return self.machine.detector
+
     # ------------------------------------------------------------ public API
 
     def members(self) -> frozenset[int]:
@@ -818,7 +828,7 @@ class Node:
         """Join ``topic``; returns once the subscription's ACK wave has come back."""
         self._check_open()
         done = trio.Event()
-        out = self.core.subscribe(topic, trio.current_time())  # raises on misuse
+        out = self.machine.subscribe(topic, trio.current_time())  # raises on misuse
         sub = Subscription(topic, self.config.delivery_buffer)
         self._subs[topic] = sub
         self._subscribed[topic] = done
@@ -830,7 +840,7 @@ class Node:
     async def unsubscribe(self, topic: str) -> None:
         """Leave ``topic``; its subscription iterator ends."""
         self._check_open()
-        out = self.core.unsubscribe(topic, trio.current_time())
+        out = self.machine.unsubscribe(topic, trio.current_time())
         self._subs.pop(topic)._close()
         await trio.lowlevel.checkpoint()
         self._trace_event("unsubscribe", topic, None, None)
@@ -850,7 +860,7 @@ class Node:
         if self.config.overflow == "backpressure":
             await self._wait_for_room()
         now = trio.current_time()
-        out = self.core.publish(topic, _STAMP.pack(time.time()) + payload, now)
+        out = self.machine.publish(topic, _STAMP.pack(time.time()) + payload, now)
         first = out[0] if out else None
         if type(first) is Published:  # where the core puts it
             mid = first.id
@@ -900,9 +910,9 @@ class Node:
         link = self._links.get(peer.node_id)
         if link is not None:
             link.wake.set()
+        now = trio.current_time()
         inc = record_incarnation(peer.record, peer.issued_at)
-        if inc > self._dead.get(peer.node_id, -1):  # a crashed incarnation stays crashed
-            self._learn_member(peer.node_id, inc)
+        self._handle(self.machine.learn(peer.node_id, inc, now), now)
         return True
 
     def peer_gone(self, node_id: int) -> None:
@@ -916,45 +926,11 @@ class Node:
             log.info("mDNS goodbye for %016x: probing it (a hint, not an eviction)", node_id)
             self._unreachable(node_id)
 
-    def _learn_member(self, node: int, inc: int) -> None:
-        """Membership learnt ``node`` at ``inc``: the detector decides (a new member,
-        or a restart if ``inc`` is newer); without a detector, it is up at once."""
-        now = trio.current_time()
-        if self.detector is None:
-            self._up(node, inc, "discovered", now)
-        else:
-            self._on_detector(self.detector.join(node, inc, now), now)
-
     # -------------------------------------------------------------- plumbing
 
     def _check_open(self) -> None:
         if self._closed or self._nursery is None:
             raise NodeError("the node is closed (use it inside `async with open_node(...)`)")
-
-    def _up(self, node: int, inc: int, reason: str, now: float) -> None:
-        """``node`` is up as ``inc``: it joins the overlay, then the core learns it
-        (which treats older incarnations as crashed and announces subscriptions)."""
-        if inc <= self._dead.get(node, -1) or inc < self._incs.get(node, 0):
-            return
-        self._incs[node] = inc
-        if node not in self._alive:
-            self._alive.add(node)
-            self._membership_changed(MembershipEvent("joined", node, inc, reason))
-        self._handle(self.core.joined(node, inc, now))
-
-    def _down(self, node: int, inc: int, reason: str, now: float) -> None:
-        """``node`` up to ``inc`` crashed or left: out of the overlay first, its
-        link and queued packets dropped, then the core repairs around it."""
-        if inc <= self._dead.get(node, -1):
-            return
-        self._dead[node] = inc
-        self._gossip.forget(node)
-        self._received.forget(node)
-        if node in self._alive and self._incs.get(node, 0) <= inc:
-            self._alive.discard(node)
-            self._drop_link(node)
-            self._membership_changed(MembershipEvent("left", node, inc, reason))
-        self._handle(self.core.crashed(node, inc, now))
 
     def _drop_link(self, node: int) -> None:
         """Stop dialling ``node``; what its outbox held is counted as lost."""
@@ -965,8 +941,6 @@ class Node:
             link.scope.cancel()
 
     def _membership_changed(self, event: MembershipEvent) -> None:
-        self._version += 1
-        self.core.set_overlay(Hypercube(self.members(), version=self._version))
         log.info(
             "%s %016x (%s; %d members)", event.kind, event.node, event.reason, len(self._alive) + 1
         )
@@ -1029,6 +1003,40 @@ class Node:
             self._on_published(o)
         elif isinstance(o, Dropped):
             log.warning("%d publications on %r dropped: %s", o.count, o.topic, o.reason)
+        else:
+            self._on_machine(o)
+
+    def _on_machine(self, o: object) -> None:
+        """Carry out one of the machine's membership outputs (``p2p.machine``)."""
+        if isinstance(o, SendControl):
+            self._link(o.dest).put_control(o.msg)
+        elif isinstance(o, MemberUp):
+            self._membership_changed(MembershipEvent("joined", o.node, o.incarnation, o.reason))
+        elif isinstance(o, MemberDown):
+            self._member_down(o)
+        elif isinstance(o, SuspicionCorrected):
+            self.stats["corrections"] += 1
+            log.info("%016x answers again; waiting for its new incarnation", o.node)
+        elif isinstance(o, RoundStarted):
+            now = trio.current_time()
+            self._follow_revocation_file(now)
+            self._send_digests(now)
+        elif isinstance(o, Reincarnated):
+            self._reincarnated(o)
+        elif isinstance(o, Stalled):
+            self._stalled(o)
+
+    def _member_down(self, o: MemberDown) -> None:
+        """``o.node`` up to ``o.incarnation`` is over: forget its records' sync
+        state and frame numbers; if it left the view, drop its link and tell."""
+        if o.reason == "suspected":
+            self.stats["suspicions"] += 1
+            log.warning("suspect %016x (incarnation %d)", o.node, o.incarnation)
+        self._gossip.forget(o.node)
+        self._received.forget(o.node)
+        if o.was_up:
+            self._drop_link(o.node)
+            self._membership_changed(MembershipEvent("left", o.node, o.incarnation, o.reason))
 
     def _send(self, o: Send) -> None:
         packets = list(o.packet.packets) if isinstance(o.packet, Bundle) else [o.packet]
@@ -1300,7 +1308,7 @@ class Node:
 
         Every frame is a sign of life of its sender, with the detector version
         it carries: one dict write here, handed to the detector at its next
-        round (:meth:`_detector_round`)."""
+        timer (``NodeMachine.handle_timer``)."""
         peer = session.peer_id
         heard = self._heard
         alive_set, dead = self._alive, self._dead
@@ -1369,9 +1377,9 @@ class Node:
         would be dropped as sent to a crashed node, and the round would never
         complete; the detector's news of the restart travels in the same frame
         but is read after the packets."""
-        inc = max((p.round.incarnation for p in packets if p.round.source == peer), default=-1)
-        if inc > self._dead.get(peer, -1) and inc > self._incs.get(peer, -1):
-            self._learn_member(peer, inc)
+        incs = [p.round.incarnation for p in packets if p.round.source == peer]
+        now = trio.current_time()
+        self._handle(self.machine.restarted_by(peer, incs, now), now)
 
     # ------------------------------------------------------------- liveness
 
@@ -1390,8 +1398,8 @@ class Node:
                 self._compare_revocations(sender, c.revocations)
             elif isinstance(c, Revoked):
                 self._on_revoked(sender, c.blob, now)
-            elif self.detector is not None:
-                self._on_detector(self.detector.receive(sender, c, now), now)
+            else:
+                self._handle(self.machine.control(sender, c, now), now)
 
     def _on_members(self, sender: int, digest: int, now: float) -> None:
         """``sender`` holds records with ``digest``: if ours differ, send ours and
@@ -1446,10 +1454,7 @@ class Node:
             peer = self.peers.pop(node, None)
             if peer is not None:
                 self._left[node] = peer
-            inc = self._incs.get(node, 0)
-            if self.detector is not None:
-                self._on_detector(self.detector.leave(node, inc, now), now)
-            self._down(node, max(inc, self._dead.get(node, -1) + 1), "revoked", now)
+            self._handle(self.machine.revoke(node, now), now)
         blob = Revoked(rl.encode())
         for neighbour in self.core.overlay.children(self.id, self.id):
             self._link(neighbour).put_control(blob)
@@ -1480,147 +1485,63 @@ class Node:
         peer = self.peers.pop(sender, None) if inc >= self._incs.get(sender, 0) else None
         if peer is not None:
             self._left[sender] = peer
-        if self.detector is not None:
-            self._on_detector(self.detector.leave(sender, inc, now), now)
-        self._down(sender, inc, "left", now)
+        self._handle(self.machine.left(sender, inc, "left", now), now)
 
     async def _detect(self) -> None:
-        """A detector round every ``detector_interval`` seconds (on a fixed grid:
-        a late round does not shift the later ones), and between rounds, the
-        expiry of each probe at its deadline (``Detector.deadline``), so a
-        suspicion takes ``timeout`` per attempt, not a round."""
-        det = self.detector
-        assert det is not None
+        """Run the machine's timer: detector rounds every ``detector_interval``
+        seconds on a fixed grid, and between rounds each probe's expiry at its
+        deadline, so a suspicion takes ``timeout`` per attempt, not a round.
+        A hint that probes earlier moves the sleep (:meth:`_unreachable`)."""
+        machine = self.machine
         with self._detecting:
-            await self._detect_rounds(det)
-
-    async def _detect_rounds(self, det: Detector) -> None:
-        interval = self.config.detector_interval
-        next_round = trio.current_time()
-        while True:
-            now = trio.current_time()
-            if now >= next_round:
-                self._detector_round(now)
-                next_round += interval
+            machine.start_rounds(trio.current_time())
+            while (due := machine.get_timer()) is not None:
+                with trio.move_on_at(due) as wake:
+                    self._detector_wake = wake
+                    await trio.sleep_forever()
+                self._detector_wake = None
                 now = trio.current_time()
-                if next_round < now:  # the loop fell behind: skip the missed rounds
-                    next_round = now + interval - (now - next_round) % interval
-            else:
-                self._detector_flush(now)
-                self._on_detector(det.expire(now), now)
-            due = det.deadline()
-            with trio.move_on_at(next_round if due is None else min(due, next_round)) as wake:
-                self._detector_wake = wake
-                await trio.sleep_forever()
-            self._detector_wake = None
-            self._check_lag(trio.current_time() - wake.deadline)
+                self._handle(machine.handle_timer(now), now)
 
-    def _check_lag(self, lag: float) -> None:
-        """Lifeguard's local health: the detector loop woke ``lag`` seconds after
-        its deadline, so this process was not running (a busy CPU, a suspended
-        process).  Answers to its probes may be unread in its sockets: give
-        them time (``Detector.resumed``) instead of accusing others of our own
-        slowness.  Counted in ``stats["loop_stalls"]``; one log line per 10 s."""
-        det = self.detector
-        assert det is not None
-        if lag <= det.config.timeout / 4:
-            return
-        now = trio.current_time()
-        moved = det.resumed(now)
+    def _stalled(self, o: Stalled) -> None:
+        """Lifeguard's local health: the timer fired ``o.lag`` seconds late, so
+        this process was not running (a busy CPU, a suspended process); the
+        machine gave its probes more time.  Counted in ``stats["loop_stalls"]``;
+        one log line per 10 s."""
         self.stats["loop_stalls"] += 1
         self.quiet.warn(
             ("stalled", None),
             "this node stalled %.2f s: %d probes given more time, nobody accused",
-            lag,
-            moved,
+            o.lag,
+            o.moved,
         )
-
-    def _detector_flush(self, now: float) -> None:
-        """Report the peers heard from since the last report.
-
-        Invariant: the detector hears of a frame before any probe leaves or
-        expires after it arrived (every path that probes or expires flushes
-        first), and a frame reported at ``now`` arrived after every probe
-        sent before ``now``, so traffic always answers a probe and never one
-        that left after it."""
-        det = self.detector
-        assert det is not None
-        heard = list(self._heard.items())
-        self._heard.clear()  # in place: every frame reader holds this very dict
-        for node, version in heard:
-            self._on_detector(det.heard(node, now, version=version), now)
-
-    def _detector_round(self, now: float) -> None:
-        """Report the peers heard from since the last report, then run a round."""
-        assert self.detector is not None
-        self._detector_flush(now)
-        self._on_detector(self.detector.tick(now), now)
-        self._follow_revocation_file(now)
-        self._send_digests(now)
 
     def _unreachable(self, node: int) -> None:
         """A hint from a link: the connection to ``node`` broke and re-dialling
         failed (what a crashed process's peers see).  The detector probes it now
         rather than at its next round; only unanswered probes make a suspicion."""
-        det = self.detector
-        if det is None or self._closed:
+        if self._closed:
             return
         now = trio.current_time()
-        self._detector_flush(now)
-        self._on_detector(det.probe_now(node, now), now)
-        due = det.deadline()
+        self._handle(self.machine.hint(node, now), now)
+        due = self.machine.get_timer()
         wake = self._detector_wake
         if due is not None and wake is not None and due < wake.deadline:
             wake.deadline = due
 
-    def _on_detector(self, outputs: list[DetectorOutput], now: float) -> None:
-        """Carry out the detector's verdicts: they drive membership and the core."""
-        for o in outputs:
-            if isinstance(o, SendDetector):
-                self._link(o.dest).put_control(o.msg)
-            elif isinstance(o, Joined):
-                self._up(o.node, o.incarnation, "discovered", now)
-            elif isinstance(o, Restarted):
-                self._up(o.node, o.new, "restarted", now)
-            elif isinstance(o, Suspected):
-                self.stats["suspicions"] += 1
-                log.warning("suspect %016x (incarnation %d)", o.node, o.incarnation)
-                self._down(o.node, o.incarnation, "suspected", now)
-            elif isinstance(o, Left):
-                self._down(o.node, o.incarnation, "left", now)
-            elif isinstance(o, Corrected):
-                # The core treats a suspected incarnation as crashed for good: the
-                # node comes back once it learns of the suspicion and reincarnates.
-                self.stats["corrections"] += 1
-                log.info("%016x answers again; waiting for its new incarnation", o.node)
-            elif isinstance(o, SelfSuspected) and o.incarnation >= self.incarnation:
-                self._reincarnate(o.incarnation, now)
+    def _reincarnated(self, o: Reincarnated) -> None:
+        """Others treated this incarnation as crashed; the machine restarted the
+        core as ``o.incarnation`` and re-subscribes (the outputs after this one).
 
-    def _reincarnate(self, above: int, now: float) -> None:
-        """Others treat this incarnation as crashed: restart the core as a new one.
-
-        The new core starts empty with every known crash, subscribes again to
-        the application's topics (deliveries go on in the same
-        :class:`Subscription`), and numbers on from the old one (trace ids stay
-        unique).  Core packets still queued belong to the dead incarnation and
-        are dropped; ``publish(wait_acked=True)`` calls waiting on it return.
-        The trace shows it as the simulator shows a crash and a recovery
-        (``crash``, ``recover``, then ``subscribe`` per topic), so the trace
-        checks require of the new life only what it subscribed to anew.
+        Core packets still queued belong to the dead incarnation and are
+        dropped; ``publish(wait_acked=True)`` calls waiting on it return.  The
+        trace shows it as the simulator shows a crash and a recovery (``crash``,
+        ``recover``, then ``subscribe`` per topic), so the trace checks require
+        of the new life only what it subscribed to anew.
         """
-        old = self.core
-        self._trace_event("crash", "", None, None)  # for the trace checks: the old life ends
-        self.incarnation = next_incarnation(above)
+        self._trace_event("crash", "", None, None, o.previous)  # the old life ends
         self.stats["reincarnations"] += 1
-        log.warning("this node was suspected: back as incarnation %d", self.incarnation)
-        assert self.detector is not None
-        self._on_detector(self.detector.reincarnate(self.incarnation, now), now)
-        self.core = VCubePS(
-            self.id, overlay=old.overlay, config=self.config.pubsub, incarnation=self.incarnation
-        )
-        self.core.first_seq(old.next_seq)
-        for node, inc in self._dead.items():
-            self.core.crashed(node, inc, now)  # nothing to repair yet
+        log.warning("this node was suspected: back as incarnation %d", o.incarnation)
         for link in self._links.values():
             link.log.discard()  # the old life's frames: not sent again to anyone
             kept = [x for x in link.outbox if isinstance(x, _NOT_CORE)]
@@ -1632,10 +1553,9 @@ class Node:
         if self.port:
             self.record = self._sign_record()
         self._trace_event("recover", "", None, None)
-        for topic in self._subs:
+        for topic in sorted(self.machine.topics):
             self._subscribed.setdefault(topic, trio.Event())
             self._trace_event("subscribe", topic, None, None)
-            self._handle(self.core.subscribe(topic, now))
 
     def _sign_record(self) -> bytes:
         """This node's discovery record: its address and signed incarnation."""
@@ -1648,9 +1568,7 @@ class Node:
         if self.detector is None:
             return
         self._detecting.cancel()  # a leaving node accuses nobody (its view no longer matters)
-        leave = Leave(self.incarnation)
-        for node in list(self._alive):
-            self._link(node).put_control(leave)
+        self._handle(self.machine.leave(trio.current_time()))
 
     async def _leave_unmet_seeds(self) -> None:
         """On a clean close: a seed that learnt this node but whose answer has not

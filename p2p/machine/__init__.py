@@ -1,0 +1,29 @@
+"""One node's whole protocol state, sans-IO: :class:`NodeMachine` (DESIGN.md §1).
+
+The trio runtime (:class:`p2p.Node`) and the simulator (:mod:`p2p.sim`) both
+run it; it never reads a clock or does I/O.
+"""
+
+from p2p.machine._machine import (
+    MachineOutput,
+    MemberDown,
+    MemberUp,
+    NodeMachine,
+    Reincarnated,
+    RoundStarted,
+    SendControl,
+    Stalled,
+    SuspicionCorrected,
+)
+
+__all__ = [
+    "MachineOutput",
+    "MemberDown",
+    "MemberUp",
+    "NodeMachine",
+    "Reincarnated",
+    "RoundStarted",
+    "SendControl",
+    "Stalled",
+    "SuspicionCorrected",
+]

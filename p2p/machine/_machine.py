@@ -1,0 +1,452 @@
+"""``NodeMachine``: one node's membership, failure detector and pub/sub core, sans-IO.
+
+DESIGN.md §1 and §5.  Both drivers run this class unchanged: the trio runtime
+(``p2p._node.Node``) and the simulator (``p2p.sim.Simulation`` with a
+detector).  It never reads a clock, never does I/O and draws no randomness:
+every input takes ``now``, and every effect is an *output* the driver carries
+out (core outputs such as ``Send`` and ``Delivered``, plus the membership
+outputs of this module).
+
+What it owns:
+
+* the VCube-PS core (replaced by a new one, same id, when this node refutes a
+  suspicion with a new incarnation: :class:`Reincarnated`);
+* the failure detector (optional), its round grid and probe deadlines, behind
+  :meth:`NodeMachine.get_timer` / :meth:`NodeMachine.handle_timer`;
+* the membership table: which incarnation of each peer is up (``alive``,
+  ``incs``) and the newest one handed to the core as crashed (``dead``);
+* the application's topics, replayed after a reincarnation.
+
+Membership rules (DESIGN.md §5): evidence of a member (a verified record, a
+restart seen in its packets) goes to the detector, which admits it; a
+member leaves the view only by its own LEAVE, a revocation, or the
+detector's verdict; a discovery goodbye or a broken connection is a *hint*
+that makes the detector probe now (:meth:`NodeMachine.hint`), never an
+eviction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from p2p._wire import Control, Leave
+from topics import VCubePS
+from vcube import (
+    Corrected,
+    Detector,
+    DetectorConfig,
+    DetectorOutput,
+    Hypercube,
+    Joined,
+    Left,
+    Probe,
+    Push,
+    Reply,
+    Restarted,
+    SelfSuspected,
+    SendDetector,
+    Suspected,
+)
+
+# ------------------------------------------------------------------ outputs --
+
+
+@dataclass(frozen=True, slots=True)
+class SendControl:
+    """Send the control message ``msg`` (a detector message or a LEAVE) to ``dest``."""
+
+    dest: int
+    msg: Control
+
+
+@dataclass(frozen=True, slots=True)
+class MemberUp:
+    """``node`` joined this node's view as ``incarnation`` (``reason``:
+    ``discovered`` or ``restarted``).  The core already knows it."""
+
+    node: int
+    incarnation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDown:
+    """Incarnations of ``node`` up to ``incarnation`` are over (``reason``:
+    ``suspected``, ``left``, ``revoked``, ``crashed``).  ``was_up``: it was in
+    the view and left it now (a driver drops its link); otherwise only an
+    older incarnation, or one never admitted, was declared over.  The outputs
+    of the core's repair follow this one."""
+
+    node: int
+    incarnation: int
+    reason: str
+    was_up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SuspicionCorrected:
+    """``node``, suspected by this node, answers again; it comes back as a new
+    incarnation once it learns of the suspicion (the core treats a suspected
+    incarnation as crashed for good)."""
+
+    node: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reincarnated:
+    """This node was suspected: its core restarted as ``incarnation`` (it was
+    ``previous``).  Core packets of the old life still queued must be dropped;
+    the outputs that follow re-subscribe every topic of :attr:`NodeMachine.topics`."""
+
+    previous: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stalled:
+    """The driver handled the timer ``lag`` seconds late (this process was not
+    running): ``moved`` probes were given more time instead of accusing others
+    of this node's own slowness (Lifeguard's local health)."""
+
+    lag: float
+    moved: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStarted:
+    """A detector round ran (once per ``interval``, on a fixed grid)."""
+
+
+MachineOutput = (
+    SendControl | MemberUp | MemberDown | SuspicionCorrected | Reincarnated | Stalled | RoundStarted
+)
+"""The outputs of this module; a machine's output lists mix them with the core's."""
+
+Out = list[Any]
+"""Outputs in the order the driver must carry them out: core outputs and
+:data:`MachineOutput` items."""
+
+
+def _plain_overlay(members: frozenset[int], version: int) -> Hypercube:
+    return Hypercube(members, version=version)
+
+
+# ------------------------------------------------------------------ machine --
+
+
+class NodeMachine:
+    """One node's protocol state (see the module docstring).
+
+    Membership invariant (kept by :meth:`_up` and :meth:`_down`): the core's
+    overlay is ``alive`` plus this node, and a peer is in ``alive`` exactly
+    when its newest known incarnation (``incs``) is above the newest one
+    handed to ``core.crashed`` (``dead``).  So the core never routes a round
+    through a node it treats as crashed, and a crashed incarnation comes back
+    only as a newer one.
+
+    ``make_core(incarnation)`` builds this node's core (overlay set by the
+    machine); ``incarnations(above)`` picks the incarnation to refute a
+    suspicion of ``above`` with (the runtime's is clock-based, the
+    simulator's ``above + 1``); ``overlay(members, version)`` builds the
+    overlay (the simulator shares one per member set).  ``members`` are
+    peers known up from the start, admitted without events.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        incarnation: int,
+        make_core: Callable[[int], VCubePS],
+        *,
+        detector: DetectorConfig | None = None,
+        incarnations: Callable[[int], int] = lambda above: above + 1,
+        overlay: Callable[[frozenset[int], int], Hypercube] = _plain_overlay,
+        members: Mapping[int, int] | None = None,
+        now: float = 0.0,
+    ) -> None:
+        self.id = node_id
+        self.incarnation = incarnation
+        self._make_core = make_core
+        self._incarnations = incarnations
+        self._overlay = overlay
+        self.detector: Detector | None = None
+        if detector is not None:
+            self.detector = Detector(node_id, incarnation, config=detector)
+        self.alive: set[int] = set()
+        self.incs: dict[int, int] = {}
+        self.dead: dict[int, int] = {}
+        self.heard: dict[int, int | None] = {}
+        """Peers a frame came from since the detector last heard of them, with the
+        newest detector version their frames carried (``None``: none did).  The
+        driver writes it directly (one dict write per frame, its hot path); the
+        machine hands it to the detector before any probe leaves or expires."""
+        self.topics: set[str] = set()
+        """The application's topics (subscribed and not unsubscribed)."""
+        self._version = 0
+        self._next_round: float | None = None
+        self._armed: float | None = None
+        self._leaving = False
+        self.core = make_core(incarnation)
+        for node, inc in sorted((members or {}).items()):
+            self._admit(node, inc, now)
+        self.core.set_overlay(self._overlay(self.members(), self._version))
+
+    def __repr__(self) -> str:
+        return f"NodeMachine({self.id:x}, incarnation={self.incarnation}, alive={len(self.alive)})"
+
+    def _admit(self, node: int, inc: int, now: float) -> None:
+        self.alive.add(node)
+        self.incs[node] = inc
+        if self.detector is not None:
+            self.detector.join(node, inc, now)  # a new node: Joined, no message
+
+    def members(self) -> frozenset[int]:
+        """The overlay members this node believes up, itself included."""
+        return frozenset(self.alive) | {self.id}
+
+    # ------------------------------------------------------ application --
+
+    def subscribe(self, topic: str, now: float) -> Out:
+        """Join ``topic`` (raises the core's ``LocalProtocolError`` on misuse)."""
+        out: Out = self.core.subscribe(topic, now)
+        self.topics.add(topic)
+        return out
+
+    def unsubscribe(self, topic: str, now: float) -> Out:
+        out: Out = self.core.unsubscribe(topic, now)
+        self.topics.discard(topic)
+        return out
+
+    def publish(self, topic: str, payload: bytes, now: float) -> Out:
+        out: Out = self.core.publish(topic, payload, now)
+        return out
+
+    def receive(self, sender: int, packet: Any, now: float) -> Out:
+        """A core packet from ``sender`` (an authenticated peer)."""
+        out: Out = self.core.receive(sender, packet, now)
+        return out
+
+    def leave(self, now: float) -> Out:
+        """This node leaves gracefully: a LEAVE to every member believed up; the
+        detector stops (a leaving node accuses nobody)."""
+        self._leaving = True
+        leave = Leave(self.incarnation)
+        return [SendControl(node, leave) for node in sorted(self.alive)]
+
+    # ------------------------------------------------------- membership --
+
+    def learn(self, node: int, inc: int, now: float) -> Out:
+        """Evidence that ``node`` runs as ``inc`` (a verified record, its packets):
+        the detector admits it (a new member, or a restart if ``inc`` is newer);
+        without a detector it is up at once.  A crashed incarnation stays crashed."""
+        if node == self.id or inc <= self.dead.get(node, -1):
+            return []
+        if self.detector is None:
+            return self._up(node, inc, "discovered", now)
+        return self._on_detector(self.detector.join(node, inc, now), now)
+
+    def restarted_by(self, peer: int, incarnations: Iterable[int], now: float) -> Out:
+        """Core packets from ``peer``, believed crashed, whose rounds name
+        ``incarnations`` of it: a newer one than any known is a restart, learnt
+        before the packets reach the core (else the answers to them, such as
+        the ACK of a re-subscription, would be dropped as sent to a crashed node)."""
+        inc = max(incarnations, default=-1)
+        if inc > self.dead.get(peer, -1) and inc > self.incs.get(peer, -1):
+            return self.learn(peer, inc, now)
+        return []
+
+    def control(self, sender: int, msg: Control, now: float) -> Out:
+        """A LEAVE or a detector message from ``sender`` (other controls are the
+        driver's).  Raises ``RemoteDetectorError`` on a message the detector
+        refuses (the driver closes that connection); without a detector,
+        detector messages are ignored."""
+        if isinstance(msg, Leave):
+            return self.left(sender, msg.incarnation, "left", now)
+        if self.detector is None or not isinstance(msg, Probe | Reply | Push):
+            return []
+        return self._on_detector(self.detector.receive(sender, msg, now), now)
+
+    def left(self, node: int, inc: int, reason: str, now: float) -> Out:
+        """``node``'s incarnation ``inc`` leaves (its LEAVE): forgotten, not suspected."""
+        out: Out = []
+        if self.detector is not None:
+            out = self._on_detector(self.detector.leave(node, inc, now), now)
+        return out + self._down(node, inc, reason, now)
+
+    def revoke(self, node: int, now: float) -> Out:
+        """The fleet revoked ``node``: every incarnation of it, known or not, is over."""
+        inc = self.incs.get(node, 0)
+        out: Out = []
+        if self.detector is not None:
+            out = self._on_detector(self.detector.leave(node, inc, now), now)
+        return out + self._down(node, max(inc, self.dead.get(node, -1) + 1), "revoked", now)
+
+    def crashed(self, node: int, inc: int, now: float) -> Out:
+        """An oracle's verdict (the simulator's thesis mode): ``node`` up to ``inc`` crashed."""
+        return self._down(node, inc, "crashed", now)
+
+    def recovered(self, node: int, inc: int, now: float) -> Out:
+        """An oracle's verdict: ``node`` is back as ``inc``."""
+        return self._up(node, inc, "restarted", now)
+
+    def hint(self, node: int, now: float) -> Out:
+        """A hint that ``node`` may be gone (its connection broke and re-dialling
+        failed, a discovery goodbye): the detector probes it now.  Only
+        unanswered probes make a suspicion."""
+        det = self.detector
+        if det is None or self._leaving:
+            return []
+        out = self._flush(now)
+        return out + self._on_detector(det.probe_now(node, now), now)
+
+    # ----------------------------------------------------------- timers --
+
+    def start_rounds(self, at: float) -> None:
+        """Detector rounds run at ``at + k * interval`` (the driver's phase);
+        until this is called the timer is unset."""
+        self._next_round = at
+
+    def get_timer(self) -> float | None:
+        """When :meth:`handle_timer` is next due (``None``: no detector, rounds
+        not started, or leaving).  The driver re-reads it after every input: a
+        hint may move it earlier."""
+        det, next_round = self.detector, self._next_round
+        if det is None or next_round is None or self._leaving:
+            self._armed = None
+            return None
+        due = det.deadline()
+        self._armed = next_round if due is None else min(due, next_round)
+        return self._armed
+
+    def handle_timer(self, now: float) -> Out:
+        """The timer fired: a detector round if one is due (rounds keep a fixed
+        grid; missed ones are skipped, not run in a burst), else the probes
+        whose deadline passed expire.  A timer handled late means this
+        process stalled: :class:`Stalled`."""
+        det, next_round = self.detector, self._next_round
+        if det is None or next_round is None or self._leaving:
+            return []
+        out: Out = []
+        armed, self._armed = self._armed, None
+        if armed is not None and now - armed > det.config.timeout / 4:
+            out.append(Stalled(now - armed, det.resumed(now)))
+        out += self._flush(now)
+        if now >= next_round:
+            out += self._on_detector(det.tick(now), now)
+            out.append(RoundStarted())
+            interval = det.config.interval
+            next_round += interval
+            if next_round < now:  # fell behind: skip the missed rounds
+                next_round = now + interval - (now - next_round) % interval
+            self._next_round = next_round
+        else:
+            out += self._on_detector(det.expire(now), now)
+        return out
+
+    def _flush(self, now: float) -> Out:
+        """Hand the peers heard from to the detector.
+
+        Invariant: the detector hears of a frame before any probe leaves or
+        expires after it arrived (every path that probes or expires flushes
+        first), so traffic always answers a probe and never one that left
+        after it."""
+        det = self.detector
+        if det is None or not self.heard:
+            return []
+        heard = list(self.heard.items())
+        self.heard.clear()  # in place: drivers may hold this very dict
+        out: Out = []
+        for node, version in heard:
+            out += self._on_detector(det.heard(node, now, version=version), now)
+        return out
+
+    # ---------------------------------------------------------- verdicts --
+
+    def _on_detector(self, outputs: list[DetectorOutput], now: float) -> Out:
+        """Carry out the detector's verdicts: they drive membership and the core."""
+        out: Out = []
+        for o in outputs:
+            if isinstance(o, SendDetector):
+                out.append(SendControl(o.dest, o.msg))
+            elif isinstance(o, Joined):
+                out += self._up(o.node, o.incarnation, "discovered", now)
+            elif isinstance(o, Restarted):
+                out += self._up(o.node, o.new, "restarted", now)
+            elif isinstance(o, Suspected):
+                out += self._down(o.node, o.incarnation, "suspected", now)
+            elif isinstance(o, Left):
+                out += self._down(o.node, o.incarnation, "left", now)
+            elif isinstance(o, Corrected):
+                out.append(SuspicionCorrected(o.node))
+            elif isinstance(o, SelfSuspected) and o.incarnation >= self.incarnation:
+                out += self._reincarnate(o.incarnation, now)
+        return out
+
+    def _up(self, node: int, inc: int, reason: str, now: float) -> Out:
+        """``node`` is up as ``inc``: it joins the overlay, then the core learns it
+        (which treats older incarnations as crashed and announces subscriptions)."""
+        if inc <= self.dead.get(node, -1) or inc < self.incs.get(node, 0):
+            return []
+        self.incs[node] = inc
+        out: Out = []
+        if node not in self.alive:
+            self.alive.add(node)
+            self._overlay_changed()
+            out.append(MemberUp(node, inc, reason))
+        out += self.core.joined(node, inc, now)
+        return out
+
+    def _down(self, node: int, inc: int, reason: str, now: float) -> Out:
+        """``node`` up to ``inc`` crashed or left: out of the overlay first, then
+        the core repairs around it."""
+        if inc <= self.dead.get(node, -1):
+            return []
+        self.dead[node] = inc
+        was_up = node in self.alive and self.incs.get(node, 0) <= inc
+        if was_up:
+            self.alive.discard(node)
+            self._overlay_changed()
+        out: Out = [MemberDown(node, inc, reason, was_up)]
+        out += self.core.crashed(node, inc, now)
+        return out
+
+    def _overlay_changed(self) -> None:
+        self._version += 1
+        self.core.set_overlay(self._overlay(self.members(), self._version))
+
+    def _reincarnate(self, above: int, now: float) -> Out:
+        """Others treat this incarnation as crashed: restart the core as a new one.
+
+        The new core starts empty with every known crash, numbers on from the
+        old one (publication ids stay unique) and subscribes again to the
+        application's topics, after :class:`Reincarnated` (so the driver drops
+        the old life's queued packets before the new life's are queued).
+        """
+        assert self.detector is not None
+        old = self.core
+        previous, self.incarnation = self.incarnation, self._incarnations(above)
+        out: Out = [Reincarnated(previous, self.incarnation)]
+        out += self._on_detector(self.detector.reincarnate(self.incarnation, now), now)
+        self.core = self._make_core(self.incarnation)
+        self.core.set_overlay(old.overlay)
+        self.core.first_seq(old.next_seq)
+        for node, inc in self.dead.items():
+            self.core.crashed(node, inc, now)  # nothing to repair yet
+        for topic in sorted(self.topics):
+            out += self.core.subscribe(topic, now)
+        return out
+
+
+__all__ = [
+    "MachineOutput",
+    "MemberDown",
+    "MemberUp",
+    "NodeMachine",
+    "Reincarnated",
+    "RoundStarted",
+    "SendControl",
+    "Stalled",
+    "SuspicionCorrected",
+]
