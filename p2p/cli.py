@@ -24,7 +24,16 @@ from p2p._nodecli import add_parser as add_node_parser
 from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
 from p2p._shutdown import run_cli
-from p2p.sim import AGGREGATION, PROTOCOLS, Action, DelayModel, Simulation, load_scenario
+from p2p.sim import (
+    AGGREGATION,
+    DETECTOR,
+    MEMBERSHIP,
+    PROTOCOLS,
+    Action,
+    DelayModel,
+    Simulation,
+    load_scenario,
+)
 from p2p.sim._checkcli import add_parser as add_check_parser
 from p2p.sim._checkcli import cmd_check
 from p2p.sim._demo import chat_fleet
@@ -87,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--oracle-subscriptions",
         action="store_true",
         help="SUB lines at time 0 are known everywhere from the start (no SUB traffic)",
+    )
+    sim.add_argument(
+        "--membership",
+        choices=MEMBERSHIP,
+        default="detector",
+        help="detector (default): each node runs NodeMachine with the real failure "
+        "detector (the runtime's settings, 1 u.t. = 1 ms), which finds CRASH and RECOVER; "
+        "oracle: the thesis' model, bare cores told of failures after "
+        "1000 + U(0, 500) u.t.",
     )
     sim.add_argument("--quiet", action="store_true", help="print no summary")
 
@@ -213,8 +231,13 @@ def run_actions(
     aggregation: str = "on",
     mtu: int = 1500,
     round_messages: int | None = None,
+    membership: str = "detector",
 ) -> Simulation:
-    """Run scenario ``actions`` on ``nodes`` dense ids and return the finished simulation."""
+    """Run scenario ``actions`` on ``nodes`` dense ids and return the finished simulation.
+
+    ``membership``: ``detector`` (NodeMachine and the real failure detector; only
+    ``vcube-ps`` has one, the other protocols run without failures) or ``oracle``."""
+    detector = DETECTOR if membership == "detector" and protocol == "vcube-ps" else None
     sim = Simulation(
         list(range(nodes)),
         protocol=protocol,
@@ -224,6 +247,7 @@ def run_actions(
         aggregation=aggregation,
         limits=PacketLimits(mtu=mtu),
         config=None if round_messages is None else PubSubConfig(max_round_messages=round_messages),
+        detector=detector,
     )
     if protocol == "causal-broadcast":
         actions = _broadcast_actions(sim, actions)
@@ -307,10 +331,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
         aggregation=args.aggregation,
         mtu=args.mtu,
         round_messages=args.round_messages,
+        membership=args.membership,
     )
     wall = time.monotonic() - started
     if args.metrics:
-        args.metrics.write_text(json.dumps(sim.recorder.metrics(), indent=2) + "\n")
+        doc = sim.recorder.metrics()
+        if sim.machines:
+            doc["membership"] = sim.membership_metrics()
+        args.metrics.write_text(json.dumps(doc, indent=2) + "\n")
     if args.trace:
         with open(args.trace, "w", encoding="utf-8") as fh:
             sim.recorder.write_trace(fh)
@@ -318,7 +346,22 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"refused at t={t:g}: node {node} {action} {topic}: {why}", file=sys.stderr)
     if not args.quiet:
         print(_summary(sim, args.protocol, wall))
+        if sim.machines and sim.recorder.failures:
+            print(_membership_summary(sim))
     return 0
+
+
+def _membership_summary(sim: Simulation) -> str:
+    """One line on what the real failure detector did in a run with failures."""
+    m = sim.membership_metrics()
+    d = m["detection"]
+    agreed = "agree on the members" if m["agreed"] else "DO NOT agree on the members"
+    return (
+        f"detector: {d['count']} detections of crashed nodes, latency median "
+        f"{d['p50']:.0f} / max {d['max']:.0f} u.t. (bound {sim.detection_bound():.0f}), "
+        f"{m['false_suspicions']} false suspicions, {m['reincarnations']} reincarnations; "
+        f"at the end the nodes up {agreed}"
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -208,26 +208,73 @@ def _trio(max_timeout: float | None) -> Detector:
     return a
 
 
-def _silence(a: Detector, start: float) -> tuple[float, list[object]]:
-    """Tick until probes are pending, then expire them at their deadline."""
+def _silence(a: Detector, start: float, talker: int | None = None) -> tuple[float, list[object]]:
+    """Tick until probes are pending, then expire them at their deadline.  A
+    ``talker`` (a known node) is heard from right after each tick."""
     now = start
     while a.deadline() is None:
         now += 1.0
         a.tick(now)
+        if talker is not None:
+            a.heard(talker, now + 0.01)
     due = a.deadline()
     assert due is not None
     return due, list(a.expire(due))
 
 
 def test_several_suspicions_at_once_make_the_node_doubt_itself_once() -> None:
+    """Nodes 1 and 2 fall silent while node 3 still talks: one more probe each
+    (and a raised health score), then both are suspected."""
     a = _trio(8.0)
-    due, first = _silence(a, 1.0)
+    a.join(3, 1, 0.0)
+    due, first = _silence(a, 1.0, talker=3)
     assert [o for o in first if isinstance(o, Suspected)] == []  # spared, probed again
     assert a.health == 1
     second = a.deadline()
     assert second is not None
     assert second > due
+    a.heard(3, second - 0.5)
     assert {o.node for o in a.expire(second) if isinstance(o, Suspected)} == {1, 2}
+
+
+def test_a_node_that_hears_from_nobody_suspects_itself_first() -> None:
+    """Nodes 1 and 2 both silent and nobody else talking: this node is the
+    likelier culprit (its own traffic held up), so it keeps probing instead of
+    accusing for ``2 * max_timeout`` of silence, then suspects them anyway."""
+    a = _trio(8.0)
+    quiet_since = 0.01  # the last answer (_trio)
+    suspected = _drive(a, until=100.0)
+    assert set(suspected) == {1, 2}
+    assert min(suspected.values()) >= quiet_since + 2 * 8.0
+    assert max(suspected.values()) <= quiet_since + 2 * 8.0 + 8.0 * 9  # health-stretched retry
+
+
+def _drive(a: Detector, until: float, hint_at: float | None = None) -> dict[int, float]:
+    """Rounds every second and expiries at deadlines, as the runtime does, until
+    nodes 1 and 2 are suspected; when each was.  ``hint_at``: the transport
+    hints at both then (their connections refused)."""
+    suspected: dict[int, float] = {}
+    tick = now = 1.0
+    while len(suspected) < 2 and now < until:
+        due = a.deadline()
+        if hint_at is not None and hint_at <= min(tick, due or tick):
+            out = [o for n in (1, 2) for o in a.probe_now(n, hint_at)]
+            hint_at = None
+        elif due is None or due >= tick:
+            now, tick = tick, tick + 1.0
+            out = a.tick(now)
+        else:
+            now = due
+            out = a.expire(now)
+        suspected.update((o.node, now) for o in out if isinstance(o, Suspected))
+    return suspected
+
+
+def test_a_hint_means_no_isolation_hold() -> None:
+    """A refused connection is evidence against the peer, not this node."""
+    suspected = _drive(_trio(8.0), until=100.0, hint_at=1.5)
+    assert set(suspected) == {1, 2}
+    assert max(suspected.values()) < 0.01 + 2 * 8.0  # before the isolation hold would end
 
 
 def test_without_adaptive_timeouts_there_is_no_self_doubt() -> None:

@@ -146,7 +146,9 @@ Guarantees (no message loss)
   arrived (at once on the transport's hint) and suspects it ``attempts``
   timeouts later with expiry at deadlines (``attempts`` rounds with expiry at
   ticks, ``timeout <= interval``); with adaptive timeouts, at most
-  ``(attempts + 1) * max_timeout`` later.  The suspicion is then pushed down its
+  ``(attempts + 1) * max_timeout`` later, plus up to ``2 * max_timeout`` when
+  the prober heard from no node at all meanwhile (isolation: it suspects its
+  own traffic first, ``Detector._isolated``).  The suspicion is then pushed down its
   tree: with one crash and agreeing views, every correct node knows it one
   tree walk (depth times the one-way delay) later.  ``tests/test_detector.py``
   asserts ``2 + (delta + attempts * timeout + depth * delta) / interval``
@@ -525,6 +527,7 @@ class Detector:
         "_entries",
         "_epoch",
         "_heard",
+        "_heard_any",
         "_heard_at",
         "_last_tick",
         "_log",
@@ -558,6 +561,8 @@ class Detector:
         self._epoch = 0
         self._heard: dict[int, int | None] = {}
         self._heard_at: dict[int, float] = {}
+        self._heard_any = -math.inf
+        """When a sign of life last came from any node (isolation, :meth:`_expire`)."""
         self._last_tick = -math.inf
         self._view: _View | None = None
         self._pulls: tuple[int, ...] | None = None
@@ -919,6 +924,9 @@ class Detector:
                 out.append(self._probe(node, now, p.attempt + 1, hinted=p.hinted))
             else:
                 due.append((node, p))
+        if due and self._isolated(now, due):
+            self._timeouts.false_suspicion()
+            return out + [self._probe(n, now, p.attempt, spared=p.spared) for n, p in due]
         doubt = len(due) > 1 and self._timeouts.adaptive
         if doubt:
             self._timeouts.false_suspicion()
@@ -931,11 +939,29 @@ class Detector:
                 self._set(node, (inc, counter + 1), out, news=True)
         return out
 
+    def _isolated(self, now: float, due: list[tuple[int, _Pending]]) -> bool:
+        """Whether this node, not the ones it would suspect, is the likelier
+        culprit: with adaptive timeouts, at least two others believed correct,
+        no transport hint, and no sign of life from *any* node since the
+        oldest due probe left (its own messages may be what is not getting
+        through: everyone else talking to each other and not to it means they
+        suspect it).  It then probes them again instead of accusing them,
+        for at most ``2 * max_timeout`` of silence, so completeness holds with
+        that much more delay.  Without it, a node whose outgoing traffic was
+        held up accused every node it monitors, the fleet adopted those
+        accusations, and healthy nodes had to come back as new incarnations."""
+        t = self._timeouts
+        if not t.adaptive or len(self._correct) < 3 or any(p.hinted for _, p in due):
+            return False
+        oldest = min(p.sent for _, p in due)
+        return self._heard_any <= oldest and now - self._heard_any < 2 * t.ceiling
+
     def _alive(self, node: int, version: int | None, now: float, out: list[DetectorOutput]) -> None:
         """Record a sign of life from known ``node``; correct it if suspected."""
         prev = self._heard.get(node)
         self._heard[node] = version if prev is None else max(prev, version or 0)
         self._heard_at[node] = now
+        self._heard_any = now
         inc, counter = self._entries[node]
         if counter & 1:
             self._set(node, (inc, counter + 1), out, news=True)

@@ -11,12 +11,23 @@ from p2p.sim._checks import (
     format_violations,
 )
 from p2p.sim._delay import DelayModel
-from p2p.sim._engine import AGGREGATION, PROTOCOLS, Core, LinkDelay, Listener, Simulation
+from p2p.sim._engine import (
+    AGGREGATION,
+    DETECTOR,
+    MEMBERSHIP,
+    PROTOCOLS,
+    Core,
+    LinkDelay,
+    Listener,
+    Simulation,
+)
 from p2p.sim._recorder import Recorder, TraceEvent, summarize
 from p2p.sim._scenario import Action, Script, Step, legal_script, load_scenario, parse_scenario
 
 __all__ = [
     "AGGREGATION",
+    "DETECTOR",
+    "MEMBERSHIP",
     "PROTOCOLS",
     "Action",
     "Core",

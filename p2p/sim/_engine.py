@@ -14,6 +14,7 @@ path can beat a direct one.
 from __future__ import annotations
 
 import gc
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -22,10 +23,11 @@ from typing import Any, Protocol, cast
 
 from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
+from p2p.machine import MemberDown, NodeMachine, Reincarnated, SendControl
 from p2p.sim._delay import DelayModel
 from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
 from p2p.sim._queue import Entry, EventQueue
-from p2p.sim._recorder import Recorder
+from p2p.sim._recorder import Recorder, summarize
 from topics import (
     Delivered,
     Dropped,
@@ -43,9 +45,12 @@ from topics import (
     VCubePS,
 )
 from topics._core import preset_view
-from vcube import Hypercube
+from vcube import DetectorConfig, Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")
+MEMBERSHIP = ("detector", "oracle")
+"""``detector``: NodeMachine and the real failure detector; ``oracle``: bare cores
+told of failures by an oracle (the thesis' model)."""
 AGGREGATION = ("on", "causal", "off")
 """``off``: none; ``causal``: timer-free causal aggregation in the cores only
 (Algorithm 2; for VCube-PS its barrier-based version); ``on``: that plus link
@@ -55,7 +60,11 @@ _ActionItem = tuple[str, int, str, bytes]
 _PacketItem = tuple[int, int, Frame, int, int]
 """``(sender, dest, frame, dest incarnation, sender incarnation)``."""
 _Deferred = tuple[int, int, str, tuple[Any, ...]]
-"""``(node, incarnation, "arrive" | "act" | "notify", arguments)``."""
+"""``(node, incarnation, "arrive" | "act" | "notify" | "machine", arguments)``."""
+
+DETECTOR = DetectorConfig(interval=1000.0, timeout=1000.0, attempts=2, max_timeout=8000.0)
+"""The runtime's default detector (``NodeConfig``: 1 s rounds, 1 s timeout, 2
+attempts, stretch 8) in u.t. read as milliseconds (propagation 100 u.t.)."""
 
 Listener = Callable[["Simulation", int, float, Event], None]
 
@@ -121,6 +130,7 @@ class Simulation:
         record_links: bool = False,
         detect_delay: float = 1000.0,
         detect_jitter: float = 500.0,
+        detector: DetectorConfig | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
@@ -140,8 +150,13 @@ class Simulation:
         self.overlay = Hypercube(node_ids)
         self.ids = list(node_ids)
         self.index = {n: i for i, n in enumerate(node_ids)}
-        self.nodes: dict[int, Core] = {n: self._make(n, config) for n in node_ids}
+        self.nodes: dict[int, Core] = {}
+        if detector is None:  # else each node's machine builds its core
+            self.nodes = {n: self._make(n, config) for n in node_ids}
         self.clocks = {n: _NodeClock() for n in node_ids}
+        self.machines: dict[int, NodeMachine] = {}
+        """With a ``detector``: each node's :class:`NodeMachine` (its core is
+        ``nodes[n]``), and membership comes from the real failure detector."""
         self.now = 0.0
         self._heap = EventQueue(_bucket_width(self.delays))
         self._seq = 0
@@ -178,6 +193,10 @@ class Simulation:
         self.listeners: list[Listener] = []
         """Called as ``listener(sim, node, time, event)`` for every event a core emits;
         a listener may :meth:`schedule` more actions (reactive scenarios)."""
+        self.detector = detector
+        self._members = _Membership(self) if detector is not None else None
+        if self._members is not None:
+            self._members.start()
 
     def _make(self, node: int, config: PubSubConfig | None, incarnation: int = 0) -> Core:
         rng = random.Random(f"{self.seed}/{node}")
@@ -197,6 +216,9 @@ class Simulation:
     # ------------------------------------------------------------- scheduling
 
     _ACTION, _ARRIVE, _NOTIFY, _PROCESS = 0, 1, 2, 3
+    _TIMER, _CONTROL, _HINT = 4, 5, 6
+    """Detector events (with ``detector``): a machine's timer, a control message
+    arriving, a refused connection's hint reaching the sender."""
 
     def _push(self, time: float, kind: int, item: object) -> None:
         self._heap.push((time, self._seq, kind, item))
@@ -217,6 +239,8 @@ class Simulation:
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
         at = max(time, self.now)
+        if self._members is not None:
+            self._members.halted = False
         if action == "CRASH":
             # Scheduled mid-run, a crash cannot undo results already stamped
             # later than ``time``: it happens right after them.
@@ -236,6 +260,9 @@ class Simulation:
         for core in self.nodes.values():
             core.preset_subscription(topic, subs, shared=shared)  # type: ignore[attr-defined]
         for n in subs:
+            if n in self.machines:
+                self.machines[n].topics.add(topic)  # replayed after a reincarnation
+        for n in subs:
             self.recorder.preset(n, topic)
 
     def pending_events(self) -> int:
@@ -246,10 +273,37 @@ class Simulation:
     def step(self) -> bool:
         """Process the next event; ``False`` when nothing is left to do."""
         entry = self._heap.pop_until(None)
-        if entry is None:
+        if entry is None or (self._members is not None and self._members.halted):
             return False
-        self._dispatch(entry)
+        try:
+            self._dispatch(entry)
+        except _Halt:
+            return False
         return True
+
+    def membership_metrics(self) -> dict[str, Any]:
+        """What the failure detector did (empty without ``detector``): detection
+        latency of each crash at each node that was up, false suspicions,
+        reincarnations, control messages, and whether membership converged."""
+        return {} if self._members is None else self._members.metrics()
+
+    def detection_bound(self) -> float:
+        """How long after a crash every node that is up suspects it, at most, when
+        one-way delays stay below ``tpp_mean + 4 tpp_stdev + t_pc`` (``vcube``'s
+        completeness with adaptive timeouts): the checker probes within two
+        rounds, suspects ``attempts + 1`` timeouts of at most ``max_timeout``
+        later (plus ``2 max_timeout`` if it heard from nobody meanwhile: the
+        isolation hold), and the push reaches everyone in one walk down a tree
+        of depth ``ceil(log2 N)``.  ``inf`` without a detector."""
+        cfg = self.detector
+        if cfg is None:
+            return math.inf
+        d = self.delays
+        delta = d.tpp_mean + 4 * d.tpp_stdev + d.tpc
+        depth = math.ceil(math.log2(max(2, len(self.ids))))
+        ceiling = cfg.max_timeout or cfg.timeout
+        probe = (cfg.attempts + 1) * ceiling + (2 * ceiling if cfg.max_timeout else 0.0)
+        return 2 * cfg.interval + probe + depth * delta
 
     def _dispatch(self, entry: Entry) -> None:
         """Run one event popped from the queue (packet arrivals, the bulk, first)."""
@@ -267,8 +321,11 @@ class Simulation:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
             self._notify(*cast(tuple[int, int, int, bool], item))
-        else:
+        elif kind == self._PROCESS:
             self._run_deferred(cast(_Deferred, item))
+        else:
+            assert self._members is not None
+            self._members.dispatch(kind, item)
 
     def _on_arrival(self, item: _PacketItem) -> None:
         """A packet reaches ``dest``, unless an endpoint crashed first.
@@ -283,6 +340,8 @@ class Simulation:
             self.unsent += 1
         elif dest in self.down or life != self.incarnation[dest]:
             self.lost += 1
+            if self._members is not None:
+                self._members.refused(sender, dest, life)
         else:
             self._arrive(sender, dest, packet)
 
@@ -318,6 +377,9 @@ class Simulation:
             self._receive(*args)
         elif what == "act":
             self._call(*args)
+        elif what == "machine":
+            assert self._members is not None
+            self._members.run_input(*args)
         else:
             self._detected(*args)
 
@@ -331,6 +393,8 @@ class Simulation:
         build no reference cycles (a run leaves no cyclic garbage); reference
         counting still frees everything else at once.
         """
+        if self._members is not None and self._members.halted:
+            return 0
         paused = self.pause_gc and gc.isenabled()
         if paused:
             gc.disable()
@@ -344,6 +408,8 @@ class Simulation:
                     break
                 dispatch(entry)
                 done += 1
+        except _Halt:  # the detector's timers alone are left, and membership converged
+            done += 1
         finally:
             if paused:
                 gc.enable()
@@ -352,8 +418,11 @@ class Simulation:
         return done
 
     def quiescent(self) -> bool:
-        """No packet in flight and every node that is up idle."""
-        return not self._heap and all(c.idle() for n, c in self.nodes.items() if n not in self.down)
+        """No packet in flight and every node that is up idle (the detector's own
+        timers and messages never end, so they do not count)."""
+        detector = 0 if self._members is None else self._members.events
+        idle = all(c.idle() for n, c in self.nodes.items() if n not in self.down)
+        return len(self._heap) == detector and idle
 
     def _act(self, action: str, node: int, topic: str, payload: bytes) -> None:
         """A local call; it waits for the node's CPU so per-node time stays monotone."""
@@ -370,7 +439,7 @@ class Simulation:
 
     def _call(self, action: str, node: int, topic: str, payload: bytes, start: float) -> None:
         """Make the call at ``start``; its sends leave one ``t_pc`` later."""
-        core = self.nodes[node]
+        core: Core | NodeMachine = self.machines.get(node) or self.nodes[node]
         clock = self.clocks[node]
         try:
             if action == "SUB":
@@ -399,6 +468,8 @@ class Simulation:
     def _receive(self, sender: int, dest: int, packet: Frame, done: float) -> None:
         """The core takes the packet's parts in order; results appear at ``done``."""
         self.recorder.arrived(dest, packet, sender, done)
+        if self.machines:
+            self.machines[dest].heard.setdefault(sender, None)  # data is a sign of life
         core = self.nodes[dest]
         out: list[Output] = []
         for part in packet.parts:
@@ -427,6 +498,8 @@ class Simulation:
             clock = self.clocks[node]
             clock.cpu_free = clock.link_free = self.now
             clock.in_queue.clear()
+        elif self._members is not None:
+            self._members.restart(node)
         else:
             self._restart(node)
         # A frame queued to or from the old incarnation is lost with it: later
@@ -434,6 +507,8 @@ class Simulation:
         for link in [k for k in self._last_frame if node in k]:
             del self._last_frame[link]
         self.recorder.failure(self.now, node, crash)
+        if self._members is not None:
+            return  # the other nodes' detectors find out
         inc = self.incarnation[node]
         for other in self.ids:
             if other != node:
@@ -575,4 +650,280 @@ class Simulation:
         self._push(depart + tpp, self._ARRIVE, item)
 
 
-__all__ = ["PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]
+class _Halt(Exception):  # noqa: N818 (control flow, not an error)
+    """Out of a timer event to :meth:`Simulation.run`: only the detector's own
+    timers and messages are left, and they change nothing any more."""
+
+
+class _Membership:
+    """The simulator's detector mode: one :class:`NodeMachine` per node, run with
+    the real failure detector, its timer and control messages as events.
+
+    Control messages take a propagation delay drawn from a random stream of
+    their own (so a run's pub/sub draws are those it has without the
+    detector) and no link or CPU time; the core outputs of a verdict cost one
+    ``t_pc``, like the oracle's notifications.  A packet or control message
+    that reaches a crashed node is refused, and its sender hears of it one
+    propagation later (TCP's reset, the runtime's hint that makes the
+    detector probe at once).  A reincarnation (a node refuting a suspicion)
+    ends its old life as a crash does: what was in flight to it is lost.
+    """
+
+    def __init__(self, sim: Simulation) -> None:
+        if sim.protocol != "vcube-ps":
+            raise P2PError(f"protocol {sim.protocol} has no failure detector (vcube-ps has)")
+        assert sim.detector is not None
+        self.sim = sim
+        self.cfg = sim.detector
+        self.rng = random.Random(f"{sim.seed}/detector")
+        self.events = 0
+        """Detector events in the queue (the rest is the run's work)."""
+        self.halted = False
+        self.converged: bool | None = None
+        self.timer_at: dict[int, float] = {}
+        self.hinted: set[tuple[int, int, int]] = set()
+        self.overlays: dict[frozenset[int], Hypercube] = {frozenset(sim.ids): sim.overlay}
+        self.detections: list[tuple[float, int, int, int, float | None]] = []
+        """``(time, observer, suspected, incarnation, its crash time or None)``."""
+        self.counts = dict.fromkeys(("control_sent", "control_lost", "hints", "reincarnations"), 0)
+        self._quiet_since: float | None = None
+        self._checked = -float("inf")
+
+    # ------------------------------------------------------------ machines --
+
+    def _machine(self, node: int, inc: int, members: dict[int, int]) -> NodeMachine:
+        sim = self.sim
+
+        def make_core(incarnation: int) -> VCubePS:
+            return cast(VCubePS, sim._make(node, sim.config, incarnation))
+
+        return NodeMachine(
+            node, inc, make_core, detector=self.cfg, overlay=self._overlay, members=members
+        )
+
+    def _overlay(self, members: frozenset[int], version: int) -> Hypercube:
+        """One overlay per member set, shared by the nodes that agree (bounded cache)."""
+        got = self.overlays.get(members)
+        if got is None:
+            if len(self.overlays) > 64:
+                self.overlays = {frozenset(self.sim.ids): self.sim.overlay}
+            got = self.overlays[members] = Hypercube(members)
+        return got
+
+    def start(self) -> None:
+        """Every node knows every other at incarnation 0; rounds at a random phase."""
+        sim = self.sim
+        for n in sim.ids:
+            m = self._machine(n, 0, dict.fromkeys((o for o in sim.ids if o != n), 0))
+            self._install(n, m)
+
+    def _install(self, node: int, m: NodeMachine) -> None:
+        self.sim.machines[node] = m
+        self.sim.nodes[node] = m.core
+        m.start_rounds(self.sim.now + self.rng.uniform(0, self.cfg.interval))
+        self.timer_at.pop(node, None)
+        self._arm(node)
+
+    def restart(self, node: int) -> None:
+        """RECOVER: a new process, a new incarnation, the fleet's records at hand
+        (crashed members included: its detector finds them)."""
+        sim = self.sim
+        old = cast(VCubePS, sim.nodes[node])
+        sim.down.discard(node)
+        inc = sim.incarnation[node] = sim.incarnation[node] + 1
+        members = {n: sim.incarnation[n] for n in sim.ids if n != node}
+        m = self._machine(node, inc, members)
+        m.core.first_seq(old.next_seq)
+        for n, i in members.items():
+            if i:  # their records say they restarted: their older lives are over
+                m.recovered(n, i, sim.now)
+        sim.clocks[node].cpu_free = max(sim.clocks[node].cpu_free, sim.now)
+        self._install(node, m)
+
+    # -------------------------------------------------------------- events --
+
+    def _push(self, time: float, kind: int, item: object) -> None:
+        self.events += 1
+        self.sim._push(time, kind, item)
+
+    def _arm(self, node: int) -> None:
+        """Queue ``node``'s timer if the machine moved it (stale ones are skipped)."""
+        t = self.sim.machines[node].get_timer()
+        if t is None or self.timer_at.get(node) == t:
+            return
+        self.timer_at[node] = t
+        sim = self.sim
+        self._push(max(t, sim.now), sim._TIMER, (node, sim.incarnation[node], t))
+
+    def dispatch(self, kind: int, item: object) -> None:
+        self.events -= 1
+        sim = self.sim
+        if kind == sim._TIMER:
+            node, life, t = cast(tuple[int, int, float], item)
+            if node in sim.down or life != sim.incarnation[node] or self.timer_at.get(node) != t:
+                return
+            del self.timer_at[node]
+            self._input(node, sim._TIMER, ())
+            self._maybe_halt()
+        elif kind == sim._CONTROL:
+            src, dest, msg, life = cast(tuple[int, int, Any, int], item)
+            if dest in sim.down or life != sim.incarnation[dest]:
+                self.counts["control_lost"] += 1
+                self.refused(src, dest, life)
+            else:
+                self._input(dest, sim._CONTROL, (src, msg))
+        else:
+            node, life, about = cast(tuple[int, int, int], item)
+            if node not in sim.down and life == sim.incarnation[node]:
+                self._input(node, sim._HINT, (about,))
+
+    def refused(self, src: int, dest: int, life: int) -> None:
+        """Something ``src`` sent reached ``dest``'s crashed life ``life``: ``src``
+        hears of it (once per life) one propagation later."""
+        sim = self.sim
+        key = (src, dest, life)
+        if src in sim.down or key in self.hinted:
+            return
+        self.hinted.add(key)
+        self.counts["hints"] += 1
+        self._push(sim.now + self._delay(dest, src), sim._HINT, (src, sim.incarnation[src], dest))
+
+    def _delay(self, src: int, dest: int) -> float:
+        sim = self.sim
+        if sim.link_delay is not None:
+            return sim.link_delay(src, dest, self.rng)
+        return sim.delays.propagation(self.rng)
+
+    def _input(self, node: int, kind: int, args: tuple[Any, ...]) -> None:
+        """Like a notification: it waits for the node's CPU if work is deferred
+        or a crash may come first (``Simulation._defers``)."""
+        sim = self.sim
+        start = max(sim.now, sim.clocks[node].cpu_free)
+        if start > sim.now and sim._defers(node, start):
+            sim._defer(start, node, "machine", (node, kind, args, start))
+            return
+        self.run_input(node, kind, args, start)
+
+    def run_input(self, node: int, kind: int, args: tuple[Any, ...], start: float) -> None:
+        sim = self.sim
+        m = sim.machines[node]
+        if kind == sim._TIMER:
+            out = m.handle_timer(start)
+        elif kind == sim._CONTROL:
+            out = m.control(args[0], args[1], start)
+        else:
+            out = m.hint(args[0], start)
+        self._carry_out(node, start, out)
+        self._arm(node)
+
+    def _carry_out(self, node: int, start: float, out: list[Any]) -> None:
+        """Machine outputs here; core outputs through the engine, one ``t_pc`` later."""
+        core_out: list[Output] = []
+        for o in out:
+            kind = type(o)
+            if kind is SendControl:
+                self._send(node, o, start)
+            elif kind is MemberDown:
+                self._down(node, o, start)
+            elif kind is Reincarnated:
+                self._emit(node, start, core_out)  # the old life's last outputs
+                core_out = []
+                self._reincarnated(node, o, start)
+            elif kind.__module__ != "p2p.machine._machine":
+                core_out.append(o)
+        self._emit(node, start, core_out)
+
+    def _emit(self, node: int, start: float, outputs: list[Output]) -> None:
+        if outputs:
+            sim = self.sim
+            clock = sim.clocks[node]
+            clock.cpu_free = max(clock.cpu_free, start + sim.delays.tpc)
+            sim._emit(node, start, start + sim.delays.tpc, outputs)
+
+    def _send(self, src: int, o: SendControl, start: float) -> None:
+        sim = self.sim
+        self.counts["control_sent"] += 1
+        item = (src, o.dest, o.msg, sim.incarnation[o.dest])
+        self._push(start + self._delay(src, o.dest), sim._CONTROL, item)
+
+    def _down(self, observer: int, o: MemberDown, at: float) -> None:
+        if o.reason == "suspected":
+            crashed = self.sim._died.get((o.node, o.incarnation))
+            self.detections.append((at, observer, o.node, o.incarnation, crashed))
+
+    def _reincarnated(self, node: int, o: Reincarnated, at: float) -> None:
+        """The trace shows a crash and a recovery; the old life's links die."""
+        sim = self.sim
+        self.counts["reincarnations"] += 1
+        sim._died[(node, o.previous)] = at
+        sim.incarnation[node] = o.incarnation
+        m = sim.machines[node]
+        sim.nodes[node] = m.core
+        for link in [k for k in sim._last_frame if node in k]:
+            del sim._last_frame[link]
+        clock = sim.clocks[node]
+        clock.link_free = at
+        clock.in_queue.clear()
+        sim.recorder.failure(at, node, True)
+        sim.recorder.failure(at, node, False)
+        for topic in sorted(m.topics):
+            sim.recorder.call(at, node, "SUB", topic)
+
+    # ------------------------------------------------------------- the end --
+
+    def _maybe_halt(self) -> None:
+        """Stop the run once only detector events are left and, checked at most
+        every half round, every node that is up agrees on who is up (or no
+        agreement came ``100`` rounds after the work ran out)."""
+        sim = self.sim
+        if len(sim._heap) != self.events:
+            self._quiet_since = None
+            return
+        now = sim.now
+        if self._quiet_since is None:
+            self._quiet_since = now
+        elif now - self._checked < self.cfg.interval / 2:
+            return
+        self._checked = now
+        if self.agreed():
+            self.converged = True
+        elif now - self._quiet_since > 100 * self.cfg.interval:
+            self.converged = False
+        else:
+            return
+        self.halted = True
+        raise _Halt
+
+    def agreed(self) -> bool:
+        """Every node that is up holds exactly the others that are up, at their
+        current incarnations, as members."""
+        sim = self.sim
+        up = set(sim.ids) - sim.down
+        for n in up:
+            m = sim.machines[n]
+            if len(m.alive) != len(up) - 1 or not m.alive < up:
+                return False
+            if any(m.incs[x] != sim.incarnation[x] for x in m.alive):
+                return False
+        return True
+
+    def metrics(self) -> dict[str, Any]:
+        crashed = [(at - t) for at, _, _, _, t in self.detections if t is not None]
+        false = [d for d in self.detections if d[4] is None]
+        cfg = self.cfg
+        return {
+            "detector": {
+                "interval": cfg.interval,
+                "timeout": cfg.timeout,
+                "max_timeout": cfg.max_timeout,
+                "attempts": cfg.attempts,
+            },
+            "detection": summarize(crashed),
+            "false_suspicions": len(false),
+            **self.counts,
+            "converged": self.converged,
+            "agreed": self.agreed(),
+        }
+
+
+__all__ = ["DETECTOR", "MEMBERSHIP", "PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]

@@ -1,0 +1,189 @@
+"""The simulator's detector mode: every node runs ``NodeMachine`` with the real
+failure detector, so crashes, recoveries and false suspicions are found by the
+same code the trio runtime runs, never told by an oracle.
+
+Checked here: crash-free runs are event-for-event the oracle's (the detector
+perturbs nothing it should not); every node that is up suspects a crashed
+node within ``Simulation.detection_bound()``; a recovered node rejoins and
+delivers; a node too slow to answer is suspected, refutes once with a new
+incarnation and subscribes again (no restart loop); and, as a Hypothesis
+property, the trace guarantees and membership convergence hold under random
+crashes, recoveries and delay spikes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+from strategies import populations
+from test_failures import failure_scripts, run_checked
+from test_properties import link_delays
+
+from p2p.cli import main
+from p2p.sim import DETECTOR, DelayModel, Simulation, check_trace, format_violations
+from vcube import DetectorConfig
+
+FAST = DetectorConfig(interval=200.0, timeout=300.0, attempts=2, max_timeout=2400.0)
+"""Shorter rounds than :data:`DETECTOR` (runs of a few thousand u.t. see a few rounds)."""
+
+
+def _script(sim: Simulation, seed: int, *, pubs: int = 20, start: float = 2000.0) -> None:
+    """Everyone subscribes at 0; ``pubs`` publications from random nodes after ``start``."""
+    rng = random.Random(seed)
+    for n in sim.ids:
+        sim.schedule(0.0, "SUB", n, "t")
+    for k in range(pubs):
+        sim.schedule(start + 97.0 * k, "PUB", rng.choice(sim.ids), "t", b"m%d" % k)
+
+
+def _digest(sim: Simulation) -> str:
+    out = io.StringIO()
+    sim.recorder.write_trace(out)
+    doc = json.dumps(sim.recorder.metrics(), sort_keys=True, default=repr)
+    return hashlib.sha256((out.getvalue() + doc).encode()).hexdigest()
+
+
+def _clean(sim: Simulation) -> None:
+    found = check_trace(sim.recorder.trace, quiescent=True)
+    assert not found, format_violations(found)
+
+
+def test_crash_free_runs_are_event_for_event_those_of_the_oracle() -> None:
+    cases = [(1, list(range(8))), (2, [3, 77, 1 << 40, 12345, 2**63 + 5]), (3, list(range(33)))]
+    for seed, ids in cases:
+        runs = []
+        for detector in (None, DETECTOR):
+            sim = Simulation(ids, seed=seed, detector=detector)
+            _script(sim, seed)
+            sim.run()
+            assert sim.quiescent()
+            runs.append(_digest(sim))
+        assert runs[0] == runs[1], f"seed {seed}: the detector changed a crash-free run"
+
+
+def test_a_crash_is_suspected_by_every_node_up_within_the_bound() -> None:
+    for n, seed in [(8, 1), (32, 2), (64, 3)]:
+        sim = Simulation(list(range(n)), seed=seed, detector=DETECTOR)
+        _script(sim, seed)
+        victim = n // 3
+        sim.schedule(2500.0, "CRASH", victim, "")
+        sim.run()
+        m = sim.membership_metrics()
+        assert m["detection"]["count"] == n - 1, m
+        assert m["detection"]["max"] <= sim.detection_bound(), m
+        assert m["false_suspicions"] == 0
+        assert m["reincarnations"] == 0
+        assert m["converged"] is True
+        assert m["agreed"] is True
+        assert all(victim not in sim.machines[x].alive for x in sim.ids if x != victim)
+        _clean(sim)
+        run_checked(sim)
+
+
+def test_a_recovered_node_rejoins_as_a_new_incarnation_and_delivers() -> None:
+    sim = Simulation(list(range(16)), seed=4, detector=DETECTOR)
+    _script(sim, 4, pubs=10)
+    sim.schedule(2300.0, "CRASH", 5, "")
+    sim.schedule(9000.0, "RECOVER", 5, "")
+    sim.schedule(9100.0, "SUB", 5, "t")
+    for k in range(10):
+        sim.schedule(20000.0 + 50 * k, "PUB", k, "t", b"late%d" % k)
+    sim.run()
+    m = sim.membership_metrics()
+    assert m["converged"] is True, m
+    assert sim.incarnation[5] == 1
+    assert all(sim.machines[x].incs[5] == 1 for x in sim.ids if x != 5)
+    late = [e for e in sim.recorder.trace if e.event == "deliver" and e.time >= 20000.0]
+    assert len(late) == 16 * 10  # every late publication reached everyone, node 5 too
+    assert sum(e.node == 5 for e in late) == 10
+    _clean(sim)
+
+
+def test_a_node_too_slow_to_answer_refutes_once_and_subscribes_again() -> None:
+    """Everything node 2 sends between 5000 and 20000 u.t. takes 20000 u.t. more
+    (longer than the adaptive timeouts tolerate: one timeout plus the 8000 u.t.
+    ceiling): it is suspected (falsely), learns it, comes back once as a new
+    incarnation and delivers what is published after it subscribed again."""
+    slow, holder = 2, {}
+
+    def delay(src: int, dst: int, rng: random.Random) -> float:
+        sim = holder["sim"]
+        base = DelayModel().propagation(rng)
+        return base + (20000.0 if src == slow and 5000.0 <= sim.now <= 20000.0 else 0.0)
+
+    sim = Simulation(list(range(8)), seed=5, detector=DETECTOR, link_delay=delay)
+    holder["sim"] = sim
+    _script(sim, 5, pubs=5)
+    for k in range(10):
+        sim.schedule(60000.0 + 50 * k, "PUB", (k % 7) + (k % 7 >= slow), "t", b"after%d" % k)
+    sim.run()
+    m = sim.membership_metrics()
+    assert m["false_suspicions"] >= 1, m
+    assert m["reincarnations"] == 1, m  # one refutation, no loop
+    assert m["converged"] is True
+    assert m["agreed"] is True
+    assert sim.incarnation[slow] == 1
+    after = [e for e in sim.recorder.trace if e.event == "deliver" and e.time >= 60000.0]
+    assert sum(e.node == slow for e in after) == 10  # the slow node delivers them all
+    assert len(after) == 8 * 10
+    _clean(sim)
+
+
+def test_p2p_sim_reports_detection_from_the_real_detector(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    scenario = tmp_path / "s.txt"
+    scenario.write_text("0;SUB;*;news\n500;PUB;0;news;a\n520;CRASH;3\n4000;PUB;1;news;b\n")
+    metrics = tmp_path / "m.json"
+    assert main(["sim", str(scenario), "--nodes", "16", "--metrics", str(metrics)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("detector: 15 detections of crashed nodes"), line
+    assert "0 false suspicions" in line
+    assert "agree on the members" in line
+    doc = json.loads(metrics.read_text())["membership"]
+    assert doc["detection"]["count"] == 15
+    assert doc["converged"] is True
+    assert main(["sim", str(scenario), "--nodes", "16", "--membership", "oracle"]) == 0
+    assert "detector:" not in capsys.readouterr().out
+
+
+@settings(max_examples=max(10, settings().max_examples // 2), deadline=None)
+@given(
+    data=st.data(),
+    seed=st.integers(0, 2**32 - 1),
+    ntopics=st.integers(1, 2),
+    spike=st.sampled_from([0.0, 0.0, 3000.0]),
+)
+def test_guarantees_and_membership_convergence_hold_with_the_real_detector(
+    data: st.DataObject, seed: int, ntopics: int, spike: float
+) -> None:
+    """Random crashes and recoveries, per-link delays, and spikes that make
+    correct nodes look dead: the trace guarantees hold, no node that is up
+    holds back a live source's publication, and after the last fault every
+    node that is up agrees on who is up (within 100 quiet rounds)."""
+    ids = data.draw(populations(3, 12), label="ids")
+    topics = [f"t{k}" for k in range(ntopics)]
+    recover = data.draw(st.booleans(), label="recover")
+    script = data.draw(failure_scripts(ids, topics, recover=recover), label="script")
+    delay = None
+    if data.draw(st.booleans(), label="per-link delays"):
+        delay = data.draw(link_delays(len(ids)), label="delays")
+        for pair in list(delay.special)[: max(1, len(delay.special) // 4)]:
+            delay.special[pair] += spike
+    sim = Simulation(ids, seed=seed, link_delay=delay, detector=FAST)
+    if delay is not None:
+        delay.index.update(sim.index)
+    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    run_checked(sim)
+    m = sim.membership_metrics()
+    note(repr(m))
+    assert m["converged"] is True, m
+    assert m["agreed"] is True, m
+    if delay is None:
+        assert m["false_suspicions"] == 0, m
+        assert m["detection"]["max"] <= sim.detection_bound(), m
