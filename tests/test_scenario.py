@@ -23,6 +23,11 @@ def test_parses_lines_comments_and_star() -> None:
     assert all(a.action == "SUB" and a.line == 3 for a in actions[2:])
 
 
+def test_hint_lines_name_the_node_hinted_about() -> None:
+    actions = parse_scenario(["3;HINT;*;2"], nodes=3)
+    assert [(a.action, a.node, a.topic) for a in actions] == [("HINT", n, "2") for n in range(3)]
+
+
 def test_sorted_by_time_stably() -> None:
     actions = parse_scenario(["5;PUB;0;t;a", "1;SUB;0;t", "5;PUB;0;t;b"], nodes=1)
     assert [a.payload for a in actions] == [b"", b"a", b"b"]
@@ -38,7 +43,10 @@ def test_sorted_by_time_stably() -> None:
         ("1;JOIN;0;t", "unknown action"),
         ("1;SUB;9;t", "out of range 0..3"),
         ("1;SUB;a;t", "not an index or *"),
-        ("1;SUB;0;", "empty topic"),
+        ("1;SUB;0;", "SUB needs a topic"),
+        ("1;HINT;0;", "HINT needs the node it hints about"),
+        ("1;HINT;0;7", "node 7 out of range 0..3"),
+        ("1;HINT;0;t", "node 't' is not an index"),
         ("1;SUB;0;t;payload", "only PUB takes a payload"),
         ("1;PUB;0;t;a;b", "got 6 fields"),
     ],

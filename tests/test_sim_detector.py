@@ -134,6 +134,28 @@ def test_a_node_too_slow_to_answer_refutes_once_and_subscribes_again() -> None:
     _clean(sim)
 
 
+def test_spoofed_goodbyes_are_probes_never_evictions(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Every node hears, every 100 u.t. for 10 s, that every other one is gone
+    (an outsider spoofing mDNS goodbyes for all): nobody is suspected, nothing
+    is lost, and HINT needs the detector."""
+    lines = ["0;SUB;*;news"]
+    lines += [f"{1000 + 100 * k};HINT;*;{k % 8}" for k in range(100)]
+    lines += [f"{1050 + 200 * k};PUB;{k % 8};news;m{k}" for k in range(40)]
+    scenario = tmp_path / "s.txt"
+    scenario.write_text("\n".join(lines) + "\n")
+    metrics, trace = tmp_path / "m.json", tmp_path / "t.jsonl"
+    args = ["sim", str(scenario), "--nodes", "8", "--metrics", str(metrics), "--trace", str(trace)]
+    assert main(args) == 0
+    doc = json.loads(metrics.read_text())
+    assert doc["deliveries"] == 40 * 8
+    assert doc["membership"]["false_suspicions"] == 0
+    assert doc["membership"]["reincarnations"] == 0
+    assert doc["membership"]["converged"] is True
+    capsys.readouterr()
+    assert main([*args[:4], "--membership", "oracle"]) == 2
+    assert "HINT needs the failure detector" in capsys.readouterr().err
+
+
 def test_p2p_sim_reports_detection_from_the_real_detector(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     scenario = tmp_path / "s.txt"
     scenario.write_text("0;SUB;*;news\n500;PUB;0;news;a\n520;CRASH;3\n4000;PUB;1;news;b\n")
@@ -160,14 +182,22 @@ def test_p2p_sim_reports_detection_from_the_real_detector(tmp_path, capsys) -> N
 def test_guarantees_and_membership_convergence_hold_with_the_real_detector(
     data: st.DataObject, seed: int, ntopics: int, spike: float
 ) -> None:
-    """Random crashes and recoveries, per-link delays, and spikes that make
-    correct nodes look dead: the trace guarantees hold, no node that is up
-    holds back a live source's publication, and after the last fault every
-    node that is up agrees on who is up (within 100 quiet rounds)."""
+    """Random crashes and recoveries, spoofed goodbyes (hints), per-link
+    delays, and spikes that make correct nodes look dead: the trace
+    guarantees hold, no node that is up holds back a live source's
+    publication, and after the last fault every node that is up agrees on
+    who is up (within 100 quiet rounds)."""
     ids = data.draw(populations(3, 12), label="ids")
     topics = [f"t{k}" for k in range(ntopics)]
     recover = data.draw(st.booleans(), label="recover")
     script = data.draw(failure_scripts(ids, topics, recover=recover), label="script")
+    hints = data.draw(
+        st.lists(
+            st.tuples(st.floats(0, 6000), st.sampled_from(ids), st.sampled_from(ids)),
+            max_size=20,
+        ),
+        label="hints (spoofed goodbyes)",
+    )
     delay = None
     if data.draw(st.booleans(), label="per-link delays"):
         delay = data.draw(link_delays(len(ids)), label="delays")
@@ -179,6 +209,8 @@ def test_guarantees_and_membership_convergence_hold_with_the_real_detector(
     note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
     for time, action, node, topic in script:
         sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    for time, node, about in hints:
+        sim.schedule(time, "HINT", node, str(about))
     run_checked(sim)
     m = sim.membership_metrics()
     note(repr(m))

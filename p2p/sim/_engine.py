@@ -228,16 +228,23 @@ class Simulation:
         self, time: float, action: str, node: int, topic: str, payload: bytes = b""
     ) -> float:
         """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``, or
-        CRASH or RECOVER (``topic`` ignored).
+        CRASH or RECOVER (``topic`` ignored), or HINT: ``node`` hears that node
+        ``int(topic)`` (an id) may be gone, as from a spoofed mDNS goodbye
+        (needs the ``detector``).
 
         Crashes scheduled before the run starts are exact (see :meth:`_defers`);
         one scheduled mid-run (by a listener or a test stepping the run) for an
         instant the node's processed work already passed takes effect at the end
         of that work.  Returns the instant the action is scheduled for."""
-        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER"):
+        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT"):
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
+        if action == "HINT":
+            if self._members is None:
+                raise P2PError("HINT needs the failure detector (--membership detector)")
+            if not topic.isdigit() or int(topic) not in self.nodes:
+                raise P2PError(f"HINT names unknown node {topic!r}")
         at = max(time, self.now)
         if self._members is not None:
             self._members.halted = False
@@ -317,6 +324,9 @@ class Simulation:
                 if action == "CRASH":
                     self._crashes[node].remove(time)
                 self._fail(action, node)
+            elif action == "HINT":
+                assert self._members is not None
+                self._members.hint(node, int(topic))
             else:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
@@ -776,6 +786,11 @@ class _Membership:
             node, life, about = cast(tuple[int, int, int], item)
             if node not in sim.down and life == sim.incarnation[node]:
                 self._input(node, sim._HINT, (about,))
+
+    def hint(self, node: int, about: int) -> None:
+        """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
+        if node not in self.sim.down:
+            self._input(node, self.sim._HINT, (about,))
 
     def refused(self, src: int, dest: int, life: int) -> None:
         """Something ``src`` sent reached ``dest``'s crashed life ``life``: ``src``

@@ -4,7 +4,9 @@ The format of the VCube-PS authors' PeerSim event scripts.  ``node`` is an
 index ``0..N-1`` (index ``i`` gets id ``i``) or ``*`` for every node; ``#``
 starts a comment; blank lines are ignored.  Failures are
 ``time;CRASH;node`` (the node stops) and ``time;RECOVER;node`` (it restarts,
-empty, as a new incarnation).
+empty, as a new incarnation).  ``time;HINT;node;other`` gives ``node`` a hint
+that node ``other`` (an index) may be gone, as a spoofed mDNS goodbye or a
+reset connection would (with the real detector: a probe, never an eviction).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from p2p._errors import ScenarioError
 
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT")
 FAILURES = ("CRASH", "RECOVER")
 MAX_LINE = 64 * 1024
 
@@ -129,18 +131,23 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     if action in FAILURES and topic:
         raise ScenarioError(f"line {lineno}: {action} takes no topic")
     if not topic and action not in FAILURES:
-        raise ScenarioError(f"line {lineno}: empty topic")
+        what = "the node it hints about" if action == "HINT" else "a topic"
+        raise ScenarioError(f"line {lineno}: {action} needs {what}")
+    if action == "HINT":
+        topic = str(_index(topic, lineno, nodes))
     payload = fields[4].encode() if len(fields) == 5 else b""
     if payload and action != "PUB":
         raise ScenarioError(f"line {lineno}: only PUB takes a payload")
-    if node_raw == "*":
-        targets = list(range(nodes))
-    else:
-        try:
-            index = int(node_raw)
-        except ValueError:
-            raise ScenarioError(f"line {lineno}: node {node_raw!r} is not an index or *") from None
-        if not 0 <= index < nodes:
-            raise ScenarioError(f"line {lineno}: node {index} out of range 0..{nodes - 1}")
-        targets = [index]
+    targets = list(range(nodes)) if node_raw == "*" else [_index(node_raw, lineno, nodes)]
     return [Action(time, action, n, topic, payload, lineno) for n in targets]
+
+
+def _index(raw: str, lineno: int, nodes: int) -> int:
+    """A node index ``0..nodes-1``, or a :class:`ScenarioError` naming the line."""
+    try:
+        index = int(raw)
+    except ValueError:
+        raise ScenarioError(f"line {lineno}: node {raw!r} is not an index or *") from None
+    if not 0 <= index < nodes:
+        raise ScenarioError(f"line {lineno}: node {index} out of range 0..{nodes - 1}")
+    return index
