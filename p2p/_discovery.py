@@ -35,6 +35,7 @@ from typing import Any
 import trio
 
 from p2p._errors import P2PError
+from p2p._membership import Peer
 
 SERVICE_TYPE = "_vcubeps._tcp.local."
 CHUNK = 200
@@ -57,18 +58,6 @@ log = logging.getLogger("p2p.discovery")
 
 class DiscoveryError(P2PError):
     """Discovery could not start, or a record was unusable."""
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    """A verified peer: where to dial it, and the record that proved it."""
-
-    node_id: int
-    host: str
-    port: int
-    record: bytes
-    issued_at: int = 0
-    """The record's signing time (seconds): a newer record of a node replaces an older one."""
 
 
 @dataclass(frozen=True, slots=True)

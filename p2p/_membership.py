@@ -33,8 +33,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
-__all__ = ["RecordGossip", "records_digest"]
+__all__ = ["Peer", "RecordGossip", "records_digest"]
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A verified peer: where to dial it, and the record that proved it."""
+
+    node_id: int
+    host: str
+    port: int
+    record: bytes
+    issued_at: int = 0
+    """The record's signing time (seconds): a newer record of a node replaces an older one."""
 
 
 def records_digest(records: Iterable[bytes]) -> int:

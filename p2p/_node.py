@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from causal import MsgId
-from p2p._discovery import SERVICE_TYPE, Discovery, Peer
+from p2p._discovery import SERVICE_TYPE, Discovery
 from p2p._errors import IdentityError, NodeError, P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._liveness import (
@@ -69,7 +69,7 @@ from p2p._liveness import (
     next_incarnation,
     record_incarnation,
 )
-from p2p._membership import RecordGossip, records_digest
+from p2p._membership import Peer, records_digest
 from p2p._reliable import ACK_EVERY, Hello, ReceiveLog, SendLog, decode_ack, encode_ack
 from p2p._revocation import REVOKED_FILE, RevocationList, load_revocations
 from p2p._secure import MAX_PLAINTEXT, SecureSession, sign_record
@@ -106,6 +106,7 @@ from p2p.machine import (
     Reincarnated,
     RoundStarted,
     SendControl,
+    SendExchange,
     Stalled,
     SuspicionCorrected,
 )
@@ -651,10 +652,6 @@ _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
 _RECORD_OVERHEAD = 4 + 8 + 16
 """Bytes a frame adds to its plaintext: length prefix, seal counter, AEAD tag."""
-_DIGEST_REFRESH = 10
-"""Detector rounds between two membership digests to the same node when nothing changed."""
-_DIGEST_RESYNC = 3
-"""Detector rounds before answering the same peer's differing digest with records again."""
 _LASTED = 1.0
 """Seconds a connection must have lasted for its loss to reset a link's backoff."""
 
@@ -699,8 +696,18 @@ class Node:
                 config.detector_attempts,
                 config.detector_stretch,
             )
+
+        def verify(record: bytes) -> tuple[Peer, int]:
+            peer = verified_peer(fleet, record)
+            return peer, record_incarnation(peer.record, peer.issued_at)
+
         self.machine = NodeMachine(
-            self.id, new_incarnation(), make_core, detector=dcfg, incarnations=next_incarnation
+            self.id,
+            new_incarnation(),
+            make_core,
+            detector=dcfg,
+            incarnations=next_incarnation,
+            verify=verify,
         )
         """Membership, the failure detector and the core, sans-IO (``p2p.machine``):
         this class carries out its outputs and feeds it frames, hints and timers."""
@@ -712,11 +719,6 @@ class Node:
         self._incs = self.machine.incs
         self._dead = self.machine.dead
         self._heard = self.machine.heard
-        self._gossip = RecordGossip(
-            refresh=_DIGEST_REFRESH * config.detector_interval,
-            resync=_DIGEST_RESYNC * config.detector_interval,
-        )
-        """Anti-entropy of membership records along the detector's links (``p2p._membership``)."""
         self.quiet = Quiet(log)
         """Expected network failures: one warning per cause and peer per 10 s."""
         self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
@@ -725,7 +727,7 @@ class Node:
         self._tickets = 0
         self._max_connections = min(config.max_connections, fd_budget())
         self._received = ReceiveLog()
-        self._revoked: set[int] = set()
+        self._revoked = self.machine.revoked
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
         self._revocations: RevocationList | None = None
         self._revocation_file: Path | None = None
@@ -735,7 +737,8 @@ class Node:
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self._detecting = trio.CancelScope()
         """The detector loop; cancelled when the node starts leaving."""
-        self.peers: dict[int, Peer] = {}
+        self.peers = self.machine.peers
+        """The newest verified record of each peer (the machine's table)."""
         self.stats: dict[str, int] = dict.fromkeys(
             (
                 "frames_sent",
@@ -779,9 +782,6 @@ class Node:
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self._limits = WireLimits.from_config(stamped, max_frame=config.max_frame)
-        self.record = b""
-        """This node's signed discovery record (set once it listens)."""
-        self._left: dict[int, Peer] = {}
         self._room = trio.Event()
         self.recorder: Recorder | None = None
         """Telemetry (``NodeConfig.telemetry_dir``), set by :func:`open_node`."""
@@ -898,22 +898,14 @@ class Node:
         Returns whether ``peer`` told something new.  A record older than the
         one already known, or than the departure last reported, changes nothing.
         """
-        if peer.node_id == self.id or peer.node_id in self._revoked:
-            return False
-        old = self.peers.get(peer.node_id)
-        for prior in (old, self._left.get(peer.node_id)):
-            if prior is not None and (
-                peer.issued_at < prior.issued_at or peer.record == prior.record
-            ):
-                return False
-        self.peers[peer.node_id] = peer
-        link = self._links.get(peer.node_id)
-        if link is not None:
-            link.wake.set()
         now = trio.current_time()
         inc = record_incarnation(peer.record, peer.issued_at)
-        self._handle(self.machine.learn(peer.node_id, inc, now), now)
-        return True
+        new, out = self.machine.add_peer(peer, inc, now)
+        link = self._links.get(peer.node_id)
+        if new and link is not None:
+            link.wake.set()
+        self._handle(out, now)
+        return new
 
     def peer_gone(self, node_id: int) -> None:
         """Discovery saw ``node_id``'s service go (an mDNS goodbye): only a hint.
@@ -1010,6 +1002,8 @@ class Node:
         """Carry out one of the machine's membership outputs (``p2p.machine``)."""
         if isinstance(o, SendControl):
             self._link(o.dest).put_control(o.msg)
+        elif isinstance(o, SendExchange):
+            self._link(o.dest).put_exchange(list(o.records), reply=o.reply)
         elif isinstance(o, MemberUp):
             self._membership_changed(MembershipEvent("joined", o.node, o.incarnation, o.reason))
         elif isinstance(o, MemberDown):
@@ -1018,9 +1012,7 @@ class Node:
             self.stats["corrections"] += 1
             log.info("%016x answers again; waiting for its new incarnation", o.node)
         elif isinstance(o, RoundStarted):
-            now = trio.current_time()
-            self._follow_revocation_file(now)
-            self._send_digests(now)
+            self._follow_revocation_file(trio.current_time())
         elif isinstance(o, Reincarnated):
             self._reincarnated(o)
         elif isinstance(o, Stalled):
@@ -1032,7 +1024,6 @@ class Node:
         if o.reason == "suspected":
             self.stats["suspicions"] += 1
             log.warning("suspect %016x (incarnation %d)", o.node, o.incarnation)
-        self._gossip.forget(o.node)
         self._received.forget(o.node)
         if o.was_up:
             self._drop_link(o.node)
@@ -1112,11 +1103,18 @@ class Node:
         """Check a discovery record (fleet membership and signature) before dialling."""
         return verified_peer(self.fleet, record)
 
+    @property
+    def record(self) -> bytes:
+        """This node's signed discovery record (set once it listens)."""
+        return self.machine.record
+
+    @record.setter
+    def record(self, record: bytes) -> None:
+        self.machine.record = record
+
     def known_records(self) -> list[bytes]:
-        """This node's record and those of the peers it believes up (what an exchange
-        sends: a crashed peer's record would only make others dial it)."""
-        alive = self._alive
-        return [self.record, *(p.record for n, p in self.peers.items() if n in alive)]
+        """This node's record and those of the peers it believes up."""
+        return self.machine.known_records()
 
     async def dial(self, peer: Peer) -> tuple[trio.SocketStream, SecureSession]:
         """Connect and authenticate; the peer must prove the id discovery announced."""
@@ -1141,25 +1139,12 @@ class Node:
         to this node's VCube neighbours (not back to ``sender``), so a join
         floods the overlay once, and a reply goes only where one was asked.
         """
-        held = {p.record for p in self.peers.values()}  # known bytes need no signature check
-        news = [r for r in exchange.records if r not in held and self.add_peer(self.verify(r))]
-        self.stats["records_learned"] += len(news)
-        if exchange.reply:
-            if sender in self.peers:
-                self._link(sender).put_exchange(self.known_records(), reply=False)
-            else:
-                log.warning("peer %016x asked for records without sending its own", sender)
-        self._spread(news, sender)
-
-    def _spread(self, news: list[bytes], sender: int | None) -> None:
-        """Pass records new to this node on to its VCube neighbours (not back to
-        ``sender``): each node forwards a record once, so a join floods the
-        overlay once.  Anti-entropy (:meth:`_send_digests`) covers what a flood
-        over differing views misses."""
-        if news:  # add_peer has already given the core the new view
-            for neighbour in self.core.overlay.children(self.id, self.id):
-                if neighbour != sender:
-                    self._link(neighbour).put_exchange([self.record, *news], reply=False)
+        now = trio.current_time()
+        before = self.machine.records_learned
+        self._handle(self.machine.exchange(sender, exchange.records, exchange.reply, now), now)
+        self.stats["records_learned"] += self.machine.records_learned - before
+        if exchange.reply and sender not in self.peers:
+            log.warning("peer %016x asked for records without sending its own", sender)
 
     async def _seed(self, address: str) -> None:
         """Exchange peers with one seed now and every ``seed_interval`` seconds."""
@@ -1394,31 +1379,12 @@ class Node:
             if isinstance(c, Leave):
                 self._on_leave(sender, c.incarnation, now)
             elif isinstance(c, Members):
-                self._on_members(sender, c.digest, now)
+                self._handle(self.machine.on_digest(sender, c.digest, now), now)
                 self._compare_revocations(sender, c.revocations)
             elif isinstance(c, Revoked):
                 self._on_revoked(sender, c.blob, now)
             else:
                 self._handle(self.machine.control(sender, c, now), now)
-
-    def _on_members(self, sender: int, digest: int, now: float) -> None:
-        """``sender`` holds records with ``digest``: if ours differ, send ours and
-        ask for its own (both then hold the union, ``p2p._membership``)."""
-        if sender not in self.peers:
-            return  # its introduction has not arrived: nowhere to answer yet
-        mine = records_digest(self.known_records())
-        if self._gossip.answer(sender, digest, mine, now):
-            self._link(sender).put_exchange(self.known_records(), reply=True)
-
-    def _send_digests(self, now: float) -> None:
-        """Tell the monitored nodes our records' digest, when it changed since we
-        last told them or every ``_DIGEST_REFRESH`` rounds."""
-        assert self.detector is not None
-        digest = records_digest(self.known_records())
-        serial = self._revocations.serial if self._revocations else 0
-        for node in self._gossip.due(self.detector.monitored(), digest, now):
-            if node in self._alive:
-                self._link(node).put_control(Members(digest, serial))
 
     # ---------------------------------------------------------- revocation
 
@@ -1445,15 +1411,13 @@ class Node:
         if self._revocations is not None and rl.serial <= self._revocations.serial:
             return
         self._revocations = rl
+        self.machine.revocation_serial = rl.serial
         fresh = sorted(rl.nodes - self._revoked - {self.id})
         self._revoked.update(rl.nodes - {self.id})
         if self.id in rl.nodes:
             log.error("the fleet revoked this node: its peers refuse it from now on")
         for node in fresh:
             log.warning("%016x revoked by the fleet (list %d): dropped", node, rl.serial)
-            peer = self.peers.pop(node, None)
-            if peer is not None:
-                self._left[node] = peer
             self._handle(self.machine.revoke(node, now), now)
         blob = Revoked(rl.encode())
         for neighbour in self.core.overlay.children(self.id, self.id):
@@ -1482,9 +1446,6 @@ class Node:
 
     def _on_leave(self, sender: int, inc: int, now: float) -> None:
         """``sender``'s incarnation ``inc`` leaves: forgotten, not suspected."""
-        peer = self.peers.pop(sender, None) if inc >= self._incs.get(sender, 0) else None
-        if peer is not None:
-            self._left[sender] = peer
         self._handle(self.machine.left(sender, inc, "left", now), now)
 
     async def _detect(self) -> None:
@@ -1595,7 +1556,7 @@ class Node:
         async for event in discovery.events():
             if event.kind == "up":
                 if self.add_peer(event.peer):
-                    self._spread([event.peer.record], None)
+                    self._handle(self.machine.spread([event.peer.record], None))
             else:
                 self.peer_gone(event.peer.node_id)
 

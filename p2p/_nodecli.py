@@ -39,9 +39,10 @@ from typing import IO, Any
 
 import trio
 
-from p2p._discovery import SERVICE_TYPE, Discovery, Peer
+from p2p._discovery import SERVICE_TYPE, Discovery
 from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
+from p2p._membership import Peer
 from p2p._node import (
     Delivery,
     Node,

@@ -17,9 +17,9 @@ from collections.abc import Container
 
 import trio
 
-from p2p._discovery import Peer
 from p2p._errors import NodeError, SecurityError
 from p2p._identity import Fleet, NodeIdentity
+from p2p._membership import Peer
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, verify_record
 from p2p._wire import FrameReader, WireLimits, frame
 

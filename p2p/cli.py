@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         "oracle: the thesis' model, bare cores told of failures after "
         "1000 + U(0, 500) u.t.",
     )
+    sim.add_argument(
+        "--discovery",
+        choices=("full", "seed"),
+        default="full",
+        help="full (default): every node knows every other at start; seed: each knows only "
+        "node 0, as with --seed and no mDNS, and learns the rest from membership records "
+        "(needs --membership detector)",
+    )
     sim.add_argument("--quiet", action="store_true", help="print no summary")
 
     demo = sub.add_parser("demo", help="simulate the embedded default fleet and print a summary")
@@ -232,12 +240,18 @@ def run_actions(
     mtu: int = 1500,
     round_messages: int | None = None,
     membership: str = "detector",
+    discovery: str = "full",
 ) -> Simulation:
     """Run scenario ``actions`` on ``nodes`` dense ids and return the finished simulation.
 
     ``membership``: ``detector`` (NodeMachine and the real failure detector; only
     ``vcube-ps`` has one, the other protocols run without failures) or ``oracle``."""
     detector = DETECTOR if membership == "detector" and protocol == "vcube-ps" else None
+    intro = None
+    if discovery == "seed":
+        if detector is None:
+            raise P2PError("--discovery seed needs --membership detector and --protocol vcube-ps")
+        intro = {n: [0] for n in range(1, nodes)}
     sim = Simulation(
         list(range(nodes)),
         protocol=protocol,
@@ -248,6 +262,7 @@ def run_actions(
         limits=PacketLimits(mtu=mtu),
         config=None if round_messages is None else PubSubConfig(max_round_messages=round_messages),
         detector=detector,
+        introductions=intro,
     )
     if protocol == "causal-broadcast":
         actions = _broadcast_actions(sim, actions)
@@ -332,6 +347,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         mtu=args.mtu,
         round_messages=args.round_messages,
         membership=args.membership,
+        discovery=args.discovery,
     )
     wall = time.monotonic() - started
     if args.metrics:

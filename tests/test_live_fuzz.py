@@ -65,7 +65,6 @@ import pytest
 import trio
 
 from causal import MsgId
-from p2p._discovery import Peer
 from p2p._errors import SecurityError
 from p2p._identity import (
     Fleet,
@@ -76,6 +75,7 @@ from p2p._identity import (
     issue_certificate,
     load_node,
 )
+from p2p._membership import Peer
 from p2p._node import Delivery, Node, NodeConfig, TraceHook, open_node
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, sign_record, verify_record
 from p2p._transport import _RESPONDER_READS

@@ -16,9 +16,9 @@ import trio.testing
 from _telemetry import read_records
 
 from causal import MsgId
-from p2p._discovery import Peer
 from p2p._errors import SecurityError
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
+from p2p._membership import Peer
 from p2p._node import (
     _STAMP,
     DELIVERY_BATCH,

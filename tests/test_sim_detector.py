@@ -16,16 +16,24 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import random
 
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from strategies import populations
+from strategies import populations, raw_steps
 from test_failures import failure_scripts, run_checked
 from test_properties import link_delays
 
 from p2p.cli import main
-from p2p.sim import DETECTOR, DelayModel, Simulation, check_trace, format_violations
+from p2p.sim import (
+    DETECTOR,
+    DelayModel,
+    Simulation,
+    check_trace,
+    format_violations,
+    legal_script,
+)
 from vcube import DetectorConfig
 
 FAST = DetectorConfig(interval=200.0, timeout=300.0, attempts=2, max_timeout=2400.0)
@@ -219,3 +227,108 @@ def test_guarantees_and_membership_convergence_hold_with_the_real_detector(
     if delay is None:
         assert m["false_suspicions"] == 0, m
         assert m["detection"]["max"] <= sim.detection_bound(), m
+
+
+# ------------------------------------------------------- one-way discovery
+
+
+def _rounds_to_agree(sim: Simulation, limit: float) -> float:
+    """Run in steps of a tenth of a round until every node up agrees on who is
+    up; the detector rounds that took (fails past ``limit`` u.t.)."""
+    assert sim.detector is not None
+    step = sim.detector.interval / 10
+    while not sim._members.agreed():  # type: ignore[union-attr]
+        assert sim.now < limit, "membership did not converge"
+        sim.run(until=sim.now + step)
+    return sim.now / sim.detector.interval
+
+
+def test_a_seed_only_fleet_converges_within_the_bound_and_delivers_everything() -> None:
+    """Every node knows only node 0 (``--seed``, no mDNS) and subscribes at
+    once (``--settle 0``): records spread over the overlay, every node learns
+    every other within ``2 ceil(log2 N) + 2`` rounds, and every publication
+    made after that reaches every subscriber."""
+    for n, seed in [(8, 1), (33, 2), (64, 3)]:
+        sim = Simulation(
+            list(range(n)),
+            seed=seed,
+            detector=DETECTOR,
+            introductions={k: [0] for k in range(1, n)},
+        )
+        for k in range(n):
+            sim.schedule(0.0, "SUB", k, "t")
+        rounds = _rounds_to_agree(sim, limit=60000.0)
+        assert rounds <= 2 * math.ceil(math.log2(n)) + 2, (n, rounds)
+        start = sim.now + 2000.0
+        for j in range(10):
+            sim.schedule(start + 50 * j, "PUB", (j * 7) % n, "t", b"m%d" % j)
+        sim.run()
+        assert sim.recorder.metrics()["deliveries"] == 10 * n
+        m = sim.membership_metrics()
+        assert m["converged"] is True
+        assert m["false_suspicions"] == 0
+        _clean(sim)
+
+
+def test_a_chain_of_introductions_heals_in_both_directions() -> None:
+    """Node k knows only node k - 1: one-way discovery everywhere."""
+    n = 16
+    sim = Simulation(
+        list(range(n)), seed=7, detector=DETECTOR, introductions={k: [k - 1] for k in range(1, n)}
+    )
+    rounds = _rounds_to_agree(sim, limit=60000.0)
+    assert rounds <= 2 * math.ceil(math.log2(n)) + 2
+
+
+def test_p2p_sim_runs_a_seed_only_fleet(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    scenario = tmp_path / "s.txt"
+    scenario.write_text("0;SUB;*;news\n8000;PUB;5;news;a\n8100;PUB;9;news;b\n")
+    metrics = tmp_path / "m.json"
+    args = ["sim", str(scenario), "--nodes", "16", "--discovery", "seed"]
+    assert main([*args, "--metrics", str(metrics)]) == 0
+    doc = json.loads(metrics.read_text())
+    assert doc["deliveries"] == 32
+    assert doc["membership"]["converged"] is True
+    capsys.readouterr()
+    assert main([*args, "--membership", "oracle"]) == 2
+    assert "--discovery seed needs --membership detector" in capsys.readouterr().err
+
+
+@settings(max_examples=max(10, settings().max_examples // 2), deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_one_way_discovery_faults_and_hints_still_converge(data: st.DataObject, seed: int) -> None:
+    """Nodes start knowing only a seed (and maybe a few random others),
+    subscribe before they know anyone, crash, recover and get spoofed hints;
+    the seed never crashes (without it a seed-only node has no way in): the
+    trace guarantees hold and every node up ends up agreeing on who is up."""
+    ids = data.draw(populations(3, 10), label="ids")
+    seed_node = ids[0]
+    extra = data.draw(
+        st.lists(st.tuples(st.sampled_from(ids), st.sampled_from(ids)), max_size=len(ids)),
+        label="extra introductions",
+    )
+    intro: dict[int, set[int]] = {k: {seed_node} for k in ids[1:]}
+    for a, b in extra:
+        intro.setdefault(a, set()).add(b)
+    steps = [
+        (t, node, topic, 8 if node == seed_node and roll == 9 else roll)
+        for t, node, topic, roll in data.draw(raw_steps(ids, ["t"], horizon=6000, rolls=9))
+    ]
+    script = legal_script(steps, crash_roll=9, max_down=len(ids) // 2, recover=True)
+    hints = data.draw(
+        st.lists(
+            st.tuples(st.floats(0, 6000), st.sampled_from(ids), st.sampled_from(ids)), max_size=10
+        ),
+        label="hints",
+    )
+    sim = Simulation(ids, seed=seed, detector=FAST, introductions=intro)
+    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    for time, node, about in hints:
+        sim.schedule(time, "HINT", node, str(about))
+    run_checked(sim)
+    m = sim.membership_metrics()
+    note(repr(m))
+    assert m["converged"] is True, m
+    assert m["agreed"] is True, m

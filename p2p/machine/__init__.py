@@ -5,6 +5,8 @@ run it; it never reads a clock or does I/O.
 """
 
 from p2p.machine._machine import (
+    DIGEST_REFRESH,
+    DIGEST_RESYNC,
     MachineOutput,
     MemberDown,
     MemberUp,
@@ -12,11 +14,15 @@ from p2p.machine._machine import (
     Reincarnated,
     RoundStarted,
     SendControl,
+    SendExchange,
     Stalled,
     SuspicionCorrected,
+    Verify,
 )
 
 __all__ = [
+    "DIGEST_REFRESH",
+    "DIGEST_RESYNC",
     "MachineOutput",
     "MemberDown",
     "MemberUp",
@@ -24,6 +30,8 @@ __all__ = [
     "Reincarnated",
     "RoundStarted",
     "SendControl",
+    "SendExchange",
     "Stalled",
     "SuspicionCorrected",
+    "Verify",
 ]

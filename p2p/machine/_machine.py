@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from p2p._wire import Control, Leave
+from p2p._membership import Peer, RecordGossip, records_digest
+from p2p._wire import Control, Leave, Members
 from topics import VCubePS
 from vcube import (
     Corrected,
@@ -59,6 +60,16 @@ class SendControl:
 
     dest: int
     msg: Control
+
+
+@dataclass(frozen=True, slots=True)
+class SendExchange:
+    """Send signed membership ``records`` to ``dest`` (``reply``: it answers
+    with its own)."""
+
+    dest: int
+    records: tuple[bytes, ...]
+    reply: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +131,14 @@ class RoundStarted:
 
 
 MachineOutput = (
-    SendControl | MemberUp | MemberDown | SuspicionCorrected | Reincarnated | Stalled | RoundStarted
+    SendControl
+    | SendExchange
+    | MemberUp
+    | MemberDown
+    | SuspicionCorrected
+    | Reincarnated
+    | Stalled
+    | RoundStarted
 )
 """The outputs of this module; a machine's output lists mix them with the core's."""
 
@@ -131,6 +149,21 @@ Out = list[Any]
 
 def _plain_overlay(members: frozenset[int], version: int) -> Hypercube:
     return Hypercube(members, version=version)
+
+
+def _no_records(record: bytes) -> tuple[Peer, int]:
+    raise ValueError("this machine was given no record verifier")
+
+
+Verify = Callable[[bytes], tuple[Peer, int]]
+"""Checks a membership record's signature and fleet membership and returns the
+peer it names with the incarnation it announces; raises on a forged record
+(the driver closes the connection it came on)."""
+
+DIGEST_REFRESH = 10
+"""Rounds between repeats of an unchanged record digest to a monitored node."""
+DIGEST_RESYNC = 3
+"""Rounds before the same disagreement of digests is answered again."""
 
 
 # ------------------------------------------------------------------ machine --
@@ -164,6 +197,7 @@ class NodeMachine:
         incarnations: Callable[[int], int] = lambda above: above + 1,
         overlay: Callable[[frozenset[int], int], Hypercube] = _plain_overlay,
         members: Mapping[int, int] | None = None,
+        verify: Verify = _no_records,
         now: float = 0.0,
     ) -> None:
         self.id = node_id
@@ -184,6 +218,21 @@ class NodeMachine:
         machine hands it to the detector before any probe leaves or expires."""
         self.topics: set[str] = set()
         """The application's topics (subscribed and not unsubscribed)."""
+        self.records_learned = 0
+        self.record = b""
+        """This node's own signed record (set by the driver; no record, no gossip)."""
+        self.peers: dict[int, Peer] = {}
+        """The newest verified record of each peer that has not left."""
+        self.departed: dict[int, Peer] = {}
+        """The record of each peer that left or was revoked (older ones stay out)."""
+        self.revoked: set[int] = set()
+        self.revocation_serial = 0
+        """The fleet's revocation list this node holds (the driver keeps it)."""
+        self._verify = verify
+        interval = 1.0 if detector is None else detector.interval
+        self.gossip = RecordGossip(
+            refresh=DIGEST_REFRESH * interval, resync=DIGEST_RESYNC * interval
+        )
         self._version = 0
         self._next_round: float | None = None
         self._armed: float | None = None
@@ -270,6 +319,9 @@ class NodeMachine:
 
     def left(self, node: int, inc: int, reason: str, now: float) -> Out:
         """``node``'s incarnation ``inc`` leaves (its LEAVE): forgotten, not suspected."""
+        peer = self.peers.pop(node, None) if inc >= self.incs.get(node, 0) else None
+        if peer is not None:
+            self.departed[node] = peer
         out: Out = []
         if self.detector is not None:
             out = self._on_detector(self.detector.leave(node, inc, now), now)
@@ -277,6 +329,10 @@ class NodeMachine:
 
     def revoke(self, node: int, now: float) -> Out:
         """The fleet revoked ``node``: every incarnation of it, known or not, is over."""
+        self.revoked.add(node)
+        peer = self.peers.pop(node, None)
+        if peer is not None:
+            self.departed[node] = peer
         inc = self.incs.get(node, 0)
         out: Out = []
         if self.detector is not None:
@@ -300,6 +356,85 @@ class NodeMachine:
             return []
         out = self._flush(now)
         return out + self._on_detector(det.probe_now(node, now), now)
+
+    # ---------------------------------------------------------- records --
+
+    def add_peer(self, peer: Peer, inc: int, now: float) -> tuple[bool, Out]:
+        """A verified record of ``peer`` announcing incarnation ``inc`` (discovery,
+        a seed, an exchange): whether it told something new, and the outputs of
+        learning it.  A record older than the one held, or than the departure
+        last reported, changes nothing."""
+        node = peer.node_id
+        if node == self.id or node in self.revoked:
+            return False, []
+        for prior in (self.peers.get(node), self.departed.get(node)):
+            if prior is not None and (
+                peer.issued_at < prior.issued_at or peer.record == prior.record
+            ):
+                return False, []
+        self.peers[node] = peer
+        return True, self.learn(node, inc, now)
+
+    def known_records(self) -> list[bytes]:
+        """This node's record and those of the peers it believes up (what an
+        exchange sends: a crashed peer's record would only make others dial it)."""
+        alive = self.alive
+        return [self.record, *(p.record for n, p in self.peers.items() if n in alive)]
+
+    def introduce(self, dest: int) -> Out:
+        """Ask ``dest`` (a seed) for its records, with ours."""
+        return [SendExchange(dest, tuple(self.known_records()), True)]
+
+    def exchange(self, sender: int, records: Iterable[bytes], reply: bool, now: float) -> Out:
+        """Records from ``sender``: learn the verified new ones, answer if asked,
+        and pass the news on to this node's VCube neighbours (not back to
+        ``sender``), so a join floods the overlay once.  Raises what ``verify``
+        raises on a forged record.  ``stats_learned`` counts the news."""
+        held = {p.record for p in self.peers.values()}  # known bytes need no check
+        out: Out = []
+        news = []
+        for record in records:
+            if record in held:
+                continue
+            new, learnt = self.add_peer(*self._verify(record), now)
+            out += learnt
+            if new:
+                news.append(record)
+        self.records_learned += len(news)
+        if reply and sender in self.peers:
+            out.append(SendExchange(sender, tuple(self.known_records()), False))
+        return out + self.spread(news, sender)
+
+    def spread(self, news: list[bytes], sender: int | None) -> Out:
+        """Pass records new to this node on to its VCube neighbours (not back to
+        ``sender``): each node forwards a record once.  Anti-entropy (the
+        digests each round, :meth:`on_digest`) covers what a flood over
+        differing views misses."""
+        if not news:
+            return []
+        records = (self.record, *news)
+        children = self.core.overlay.children(self.id, self.id)
+        return [SendExchange(n, records, False) for n in children if n != sender]
+
+    def on_digest(self, sender: int, digest: int, now: float) -> Out:
+        """``sender`` holds records with ``digest``: if ours differ, send ours and
+        ask for its own (both then hold the union, ``p2p._membership``)."""
+        if sender not in self.peers:
+            return []  # its introduction has not arrived: nowhere to answer yet
+        mine = records_digest(self.known_records())
+        if self.gossip.answer(sender, digest, mine, now):
+            return [SendExchange(sender, tuple(self.known_records()), True)]
+        return []
+
+    def _digests(self, now: float) -> Out:
+        """Tell the monitored nodes our records' digest, when it changed since we
+        last told them or every ``DIGEST_REFRESH`` rounds."""
+        if self.detector is None or not self.record:
+            return []
+        digest = records_digest(self.known_records())
+        msg = Members(digest, self.revocation_serial)
+        targets = self.gossip.due(self.detector.monitored(), digest, now)
+        return [SendControl(n, msg) for n in targets if n in self.alive]
 
     # ----------------------------------------------------------- timers --
 
@@ -336,6 +471,7 @@ class NodeMachine:
         if now >= next_round:
             out += self._on_detector(det.tick(now), now)
             out.append(RoundStarted())
+            out += self._digests(now)
             interval = det.config.interval
             next_round += interval
             if next_round < now:  # fell behind: skip the missed rounds
@@ -404,6 +540,7 @@ class NodeMachine:
         if inc <= self.dead.get(node, -1):
             return []
         self.dead[node] = inc
+        self.gossip.forget(node)
         was_up = node in self.alive and self.incs.get(node, 0) <= inc
         if was_up:
             self.alive.discard(node)
@@ -440,6 +577,8 @@ class NodeMachine:
 
 
 __all__ = [
+    "DIGEST_REFRESH",
+    "DIGEST_RESYNC",
     "MachineOutput",
     "MemberDown",
     "MemberUp",
@@ -447,6 +586,8 @@ __all__ = [
     "Reincarnated",
     "RoundStarted",
     "SendControl",
+    "SendExchange",
     "Stalled",
     "SuspicionCorrected",
+    "Verify",
 ]

@@ -17,13 +17,15 @@ import gc
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
-from p2p.machine import MemberDown, NodeMachine, Reincarnated, SendControl
+from p2p._membership import Peer
+from p2p._wire import Members
+from p2p.machine import MemberDown, NodeMachine, Reincarnated, SendControl, SendExchange
 from p2p.sim._delay import DelayModel
 from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
 from p2p.sim._queue import Entry, EventQueue
@@ -131,6 +133,7 @@ class Simulation:
         detect_delay: float = 1000.0,
         detect_jitter: float = 500.0,
         detector: DetectorConfig | None = None,
+        introductions: Mapping[int, Iterable[int]] | None = None,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
@@ -194,6 +197,12 @@ class Simulation:
         """Called as ``listener(sim, node, time, event)`` for every event a core emits;
         a listener may :meth:`schedule` more actions (reactive scenarios)."""
         self.detector = detector
+        if introductions is not None and detector is None:
+            raise P2PError("introductions need the failure detector (detector=...)")
+        self.introductions = introductions
+        """With a ``detector``: the ids each node knows when it starts (its seeds,
+        what mDNS showed it); the rest it learns from membership records spread
+        by the machines.  ``None``: everyone knows everyone."""
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
@@ -660,6 +669,19 @@ class Simulation:
         self._push(depart + tpp, self._ARRIVE, item)
 
 
+def _record(node: int, incarnation: int) -> bytes:
+    """A simulated node's membership record (the runtime's are signed)."""
+    return b"sim" + node.to_bytes(8, "big") + incarnation.to_bytes(8, "big")
+
+
+def _verify(record: bytes) -> tuple[Peer, int]:
+    """The peer and incarnation a simulated record names."""
+    if len(record) != 19 or not record.startswith(b"sim"):
+        raise P2PError(f"not a simulated membership record: {record!r}")
+    node, inc = int.from_bytes(record[3:11], "big"), int.from_bytes(record[11:], "big")
+    return Peer(node, "sim", 0, record, inc), inc
+
+
 class _Halt(Exception):  # noqa: N818 (control flow, not an error)
     """Out of a timer event to :meth:`Simulation.run`: only the detector's own
     timers and messages are left, and they change nothing any more."""
@@ -708,7 +730,13 @@ class _Membership:
             return cast(VCubePS, sim._make(node, sim.config, incarnation))
 
         return NodeMachine(
-            node, inc, make_core, detector=self.cfg, overlay=self._overlay, members=members
+            node,
+            inc,
+            make_core,
+            detector=self.cfg,
+            overlay=self._overlay,
+            members=members,
+            verify=_verify,
         )
 
     def _overlay(self, members: frozenset[int], version: int) -> Hypercube:
@@ -721,11 +749,35 @@ class _Membership:
         return got
 
     def start(self) -> None:
-        """Every node knows every other at incarnation 0; rounds at a random phase."""
+        """Every node knows every other at incarnation 0, or (with introductions)
+        the nodes it was introduced to, whom it sends its record at once (as a
+        seed exchange does); rounds start at a random phase."""
         sim = self.sim
+        intro = sim.introductions
         for n in sim.ids:
-            m = self._machine(n, 0, dict.fromkeys((o for o in sim.ids if o != n), 0))
+            if intro is None:
+                m = self._machine(n, 0, dict.fromkeys((o for o in sim.ids if o != n), 0))
+            else:
+                m = self._machine(n, 0, {})
             self._install(n, m)
+        if intro is not None:
+            for n in sim.ids:
+                self._introduce(n, intro.get(n, ()))
+
+    def _introduce(self, node: int, known: Iterable[int]) -> None:
+        """``node`` holds the records of ``known`` and sends each its own."""
+        sim = self.sim
+        m = sim.machines[node]
+        m.record = _record(node, sim.incarnation[node])
+        out: list[Any] = []
+        for k in sorted(set(known) - {node}):
+            if k not in sim.nodes:
+                raise P2PError(f"node {node} is introduced to unknown node {k}")
+            inc = sim.incarnation[k]
+            m.add_peer(*_verify(_record(k, inc)), sim.now)  # nothing subscribed yet
+            out += m.introduce(k)
+        self._carry_out(node, sim.now, out)
+        self._arm(node)
 
     def _install(self, node: int, m: NodeMachine) -> None:
         self.sim.machines[node] = m
@@ -741,7 +793,8 @@ class _Membership:
         old = cast(VCubePS, sim.nodes[node])
         sim.down.discard(node)
         inc = sim.incarnation[node] = sim.incarnation[node] + 1
-        members = {n: sim.incarnation[n] for n in sim.ids if n != node}
+        intro = sim.introductions
+        members = {} if intro is not None else {n: sim.incarnation[n] for n in sim.ids if n != node}
         m = self._machine(node, inc, members)
         m.core.first_seq(old.next_seq)
         for n, i in members.items():
@@ -749,6 +802,8 @@ class _Membership:
                 m.recovered(n, i, sim.now)
         sim.clocks[node].cpu_free = max(sim.clocks[node].cpu_free, sim.now)
         self._install(node, m)
+        if intro is not None:
+            self._introduce(node, intro.get(node, ()))
 
     # -------------------------------------------------------------- events --
 
@@ -825,7 +880,13 @@ class _Membership:
         if kind == sim._TIMER:
             out = m.handle_timer(start)
         elif kind == sim._CONTROL:
-            out = m.control(args[0], args[1], start)
+            sender, msg = args
+            if type(msg) is SendExchange:
+                out = m.exchange(sender, msg.records, msg.reply, start)
+            elif type(msg) is Members:
+                out = m.on_digest(sender, msg.digest, start)
+            else:
+                out = m.control(sender, msg, start)
         else:
             out = m.hint(args[0], start)
         self._carry_out(node, start, out)
@@ -836,7 +897,7 @@ class _Membership:
         core_out: list[Output] = []
         for o in out:
             kind = type(o)
-            if kind is SendControl:
+            if kind is SendControl or kind is SendExchange:
                 self._send(node, o, start)
             elif kind is MemberDown:
                 self._down(node, o, start)
@@ -855,10 +916,11 @@ class _Membership:
             clock.cpu_free = max(clock.cpu_free, start + sim.delays.tpc)
             sim._emit(node, start, start + sim.delays.tpc, outputs)
 
-    def _send(self, src: int, o: SendControl, start: float) -> None:
+    def _send(self, src: int, o: SendControl | SendExchange, start: float) -> None:
         sim = self.sim
         self.counts["control_sent"] += 1
-        item = (src, o.dest, o.msg, sim.incarnation[o.dest])
+        msg = o.msg if type(o) is SendControl else o  # an exchange travels as itself
+        item = (src, o.dest, msg, sim.incarnation[o.dest])
         self._push(start + self._delay(src, o.dest), sim._CONTROL, item)
 
     def _down(self, observer: int, o: MemberDown, at: float) -> None:
@@ -873,6 +935,8 @@ class _Membership:
         sim._died[(node, o.previous)] = at
         sim.incarnation[node] = o.incarnation
         m = sim.machines[node]
+        if m.record:
+            m.record = _record(node, o.incarnation)
         sim.nodes[node] = m.core
         for link in [k for k in sim._last_frame if node in k]:
             del sim._last_frame[link]
