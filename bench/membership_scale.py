@@ -256,7 +256,23 @@ def _logs(dirs: list[Path], victim: str | None) -> dict[str, int]:
         counts["stall_warnings"] += text.count("this node stalled")
         counts["tracebacks"] += text.count("Traceback")
         counts["nodes_restarting_twice_or_more"] += text.count("back as incarnation") >= 2
+        counts["outbox_full_errors"] += text.count("outbox to ")
+        counts.update(_stopped_counters(text))
     return dict(counts)
+
+
+def _stopped_counters(text: str) -> Counter[str]:
+    """The trouble counters a node prints when it stops (``p2p node``'s last
+    line, ``stopped: N deliveries; name value, ...``), as ``node_<name>``."""
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        if "stopped:" not in line or ";" not in line:
+            continue
+        for part in line.split(";", 1)[1].split(","):
+            name, _, value = part.strip().rpartition(" ")
+            if value.isdigit():
+                out[f"node_{name.replace(' ', '_')}"] += int(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -248,10 +248,33 @@ async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) ->
     counts = {"delivered": 0}
     async with graceful(args.duration) as stop, open_node(args.identity, cfg, trace=trace) as node:
         me[0] = node.id
+        stats = node.stats
         with stop.scope:
             await _node_body(node, args, counts)
-    _say(args, f"stopped: {counts['delivered']} deliveries")
+    _say(args, f"stopped: {counts['delivered']} deliveries; {_troubles(stats)}")
     return stop.exit_code
+
+
+_TROUBLES = (
+    "suspicions",
+    "reincarnations",
+    "loop_stalls",
+    "outbox_overflow",
+    "lost_on_disconnect",
+    "lost_to_crash",
+    "sent_to_crashed",
+    "control_dropped",
+    "frames_resent",
+    "rejected_connections",
+    "malformed_payload",
+)
+
+
+def _troubles(stats: dict[str, int]) -> str:
+    """The counters that tell of trouble (``Node.stats``), those above zero:
+    one line a user (or a fleet benchmark) can read after a run."""
+    bad = [f"{k} {stats[k]}" for k in _TROUBLES if stats.get(k)]
+    return ", ".join(bad) if bad else "no suspicions, losses or resends"
 
 
 async def _node_body(node: Node, args: argparse.Namespace, counts: dict[str, int]) -> None:

@@ -37,6 +37,7 @@ from vcube import (
     Push,
     RemoteDetectorError,
     Reply,
+    Reported,
     Restarted,
     SelfSuspected,
     SendDetector,
@@ -671,7 +672,7 @@ def test_push_is_merged_like_a_reply_and_only_newer_entries_count() -> None:
         a.join(j, 1, 0.0)
     push = Push(incarnation=1, version=9, entries=(Entry(2, 1, 1), Entry(5, 1, 1)))
     outs = a.receive(1, push, 0.5)
-    assert events(outs) == [Suspected(2, 1)]
+    assert events(outs) == [Suspected(2, 1), Reported(5, 1)]  # 5: reported, once
     assert a.entry(5) is None  # not a member: membership is the driver's
     # forwarded below CLUSTER(0, 1) = 1: nowhere (no cluster below level 1)
     assert pushes(outs) == []

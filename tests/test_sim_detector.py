@@ -117,7 +117,8 @@ def test_a_node_too_slow_to_answer_refutes_once_and_subscribes_again() -> None:
     (longer than the adaptive timeouts tolerate: one timeout plus the 8000 u.t.
     ceiling): it is suspected (falsely), learns it, comes back once as a new
     incarnation and delivers what is published after it subscribed again."""
-    slow, holder = 2, {}
+    slow = 2
+    holder: dict[str, Simulation] = {}
 
     def delay(src: int, dst: int, rng: random.Random) -> float:
         sim = holder["sim"]
@@ -332,3 +333,34 @@ def test_one_way_discovery_faults_and_hints_still_converge(data: st.DataObject, 
     note(repr(m))
     assert m["converged"] is True, m
     assert m["agreed"] is True, m
+
+
+def test_a_node_told_of_a_subscriber_it_never_met_also_learns_it_died() -> None:
+    """Found by the property above (seed 0): X crashes at once, Y subscribes
+    and crashes at 231 u.t., X recovers at 1358 knowing only the seed and
+    subscribes.  Its SUB round's ACK wave brings the seed's view, which still
+    named Y; X never learnt Y as a member (its record was gone by then), so
+    before ``vcube.Reported`` nothing ever told X's core that Y died: a stale
+    subscriber in its view for good."""
+    ids = [
+        0,
+        11_400_714_819_323_198_485,
+        4_354_685_564_936_845_354,
+        15_755_400_384_260_043_839,
+        8_709_371_129_873_690_708,
+        1_663_341_875_487_337_577,
+    ]
+    x, y = ids[2], ids[1]
+    script = [
+        (0.0, "SUB", 0, "t"),
+        (0.0, "SUB", y, "t"),
+        (0.0, "CRASH", x, ""),
+        (231.0, "CRASH", y, ""),
+        (1358.0, "RECOVER", x, ""),
+        (1358.0, "SUB", x, "t"),
+    ]
+    sim = Simulation(ids, seed=0, detector=FAST, introductions={k: {0} for k in ids[1:]})
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic)
+    run_checked(sim)  # the view check failed here
+    assert sim.machines[x].dead.get(y) == 0

@@ -345,7 +345,21 @@ class SelfSuspected:
     counter: int
 
 
-DetectorOutput = SendDetector | Joined | Left | Suspected | Corrected | Restarted | SelfSuspected
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """A message said ``node``'s ``incarnation`` is suspected, and this detector
+    does not know ``node`` (it never joined, or left): not a member here, but
+    the driver may treat that incarnation as crashed (a node that learns of a
+    subscriber only through another node's view must also learn that it died).
+    Reported once per node and incarnation."""
+
+    node: int
+    incarnation: int
+
+
+DetectorOutput = (
+    SendDetector | Joined | Left | Suspected | Corrected | Restarted | SelfSuspected | Reported
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,6 +550,7 @@ class Detector:
         "_pending",
         "_previous",
         "_pulls",
+        "_reported",
         "_round",
         "_stamp",
         "_stats",
@@ -562,6 +577,8 @@ class Detector:
         self._heard: dict[int, int | None] = {}
         self._heard_at: dict[int, float] = {}
         self._heard_any = -math.inf
+        self._reported: dict[int, int] = {}
+        """Per unknown node, the newest suspected incarnation reported (:class:`Reported`)."""
         """When a sign of life last came from any node (isolation, :meth:`_expire`)."""
         self._last_tick = -math.inf
         self._view: _View | None = None
@@ -1051,8 +1068,12 @@ class Detector:
             self._about_me(e, out)
             return
         known = self._entries.get(e.node)
-        if known is not None and (e.incarnation, e.counter) > known:
-            self._set(e.node, (e.incarnation, e.counter), out)
+        if known is not None:
+            if (e.incarnation, e.counter) > known:
+                self._set(e.node, (e.incarnation, e.counter), out)
+        elif e.counter & 1 and e.incarnation > self._reported.get(e.node, -1):
+            self._reported[e.node] = e.incarnation
+            out.append(Reported(e.node, e.incarnation))
 
     def _about_me(self, e: Entry, out: list[DetectorOutput]) -> None:
         """Someone holds a newer entry about us: we were suspected (refute with

@@ -45,6 +45,7 @@ from vcube import (
     Probe,
     Push,
     Reply,
+    Reported,
     Restarted,
     SelfSuspected,
     SendDetector,
@@ -518,6 +519,9 @@ class NodeMachine:
                 out.append(SuspicionCorrected(o.node))
             elif isinstance(o, SelfSuspected) and o.incarnation >= self.incarnation:
                 out += self._reincarnate(o.incarnation, now)
+            elif isinstance(o, Reported):
+                # Not a member here, but another node's view may still name it.
+                out += self._down(o.node, o.incarnation, "reported", now)
         return out
 
     def _up(self, node: int, inc: int, reason: str, now: float) -> Out:

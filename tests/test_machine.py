@@ -1,0 +1,172 @@
+"""``NodeMachine`` on its own: machines joined by a hand-driven link (h11's way
+of testing a sans-IO protocol), no clock and no I/O."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import p2p.machine._machine as machine_module
+from p2p._membership import Peer
+from p2p._wire import Leave
+from p2p.machine import (
+    MemberDown,
+    MemberUp,
+    NodeMachine,
+    Reincarnated,
+    RoundStarted,
+    SendControl,
+    SendExchange,
+    Stalled,
+)
+from topics import LocalProtocolError, PubSubConfig, Send, VCubePS
+from vcube import DetectorConfig, Entry, Hypercube, Probe, Push, Reply
+
+CFG = DetectorConfig(interval=1.0, timeout=1.0, attempts=2, max_timeout=8.0)
+PUBSUB = PubSubConfig(max_payload=100)
+
+
+def _record(node: int, inc: int) -> bytes:
+    return b"rec" + node.to_bytes(8, "big") + inc.to_bytes(8, "big")
+
+
+def _verify(record: bytes) -> tuple[Peer, int]:
+    node, inc = int.from_bytes(record[3:11], "big"), int.from_bytes(record[11:], "big")
+    return Peer(node, "h", 1, record, inc), inc
+
+
+def _machine(node: int, members: dict[int, int] | None = None) -> NodeMachine:
+    def make_core(inc: int) -> VCubePS:
+        return VCubePS(node, overlay=Hypercube([node]), config=PUBSUB, incarnation=inc)
+
+    m = NodeMachine(node, 1, make_core, detector=CFG, members=members, verify=_verify)
+    m.record = _record(node, 1)
+    return m
+
+
+def _deliver(machines: dict[int, NodeMachine], src: int, out: list[object], now: float) -> None:
+    """Carry ``out`` from ``src`` to its destinations, and their answers, to the end."""
+    queue = [(src, o) for o in out]
+    while queue:
+        sender, o = queue.pop(0)
+        if isinstance(o, SendControl):
+            more = machines[o.dest].control(sender, o.msg, now)
+        elif isinstance(o, SendExchange):
+            more = machines[o.dest].exchange(sender, o.records, o.reply, now)
+        elif isinstance(o, Send):
+            more = machines[o.dest].receive(sender, o.packet, now)
+        else:
+            continue
+        queue += [(o.dest, x) for x in more]
+
+
+def test_the_machine_module_is_sans_io() -> None:
+    """DESIGN.md §1: no trio, socket, threading, time or random in p2p.machine."""
+    banned = {"trio", "socket", "threading", "time", "random", "asyncio"}
+    for path in Path(machine_module.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not {n.split(".")[0] for n in names} & banned, (path.name, names)
+
+
+def test_a_hint_is_a_probe_never_an_eviction() -> None:
+    m = _machine(1, {2: 1, 3: 1})
+    m.start_rounds(0.0)
+    m.handle_timer(0.0)
+    out = m.hint(2, 0.5)
+    assert all(isinstance(o, SendControl) and isinstance(o.msg, Probe) for o in out)
+    assert m.alive == {2, 3}
+    assert not [o for o in out if isinstance(o, MemberDown)]
+
+
+def test_records_and_leave() -> None:
+    """A seed exchange makes both know each other; a LEAVE makes the leaver
+    ``left`` (not suspected) and its record departed, so it cannot come back
+    through gossip with the same record."""
+    a, b = _machine(1), _machine(2)
+    machines = {1: a, 2: b}
+    out = b.introduce(1)  # b knows a's address only: a seed
+    assert b.add_peer(*_verify(_record(1, 1)), 0.0)[0]
+    _deliver(machines, 2, out, 0.0)
+    assert a.alive == {2}
+    assert b.alive == {1}
+    leave = b.leave(1.0)
+    assert leave == [SendControl(1, Leave(1))]
+    assert b.get_timer() is None  # a leaving node accuses nobody
+    got = a.control(2, Leave(1), 1.0)
+    downs = [o for o in got if isinstance(o, MemberDown)]
+    assert downs == [MemberDown(2, 1, "left", True)]
+    assert a.alive == set()
+    assert a.add_peer(*_verify(_record(2, 1)), 2.0) == (False, [])
+    assert a.add_peer(*_verify(_record(2, 2)), 2.0)[0]  # a newer incarnation may come back
+
+
+def test_join_emits_member_up_and_the_core_learns_it() -> None:
+    a = _machine(1)
+    new, out = a.add_peer(*_verify(_record(5, 3)), 0.0)
+    assert new
+    assert MemberUp(5, 3, "discovered") in out
+    assert a.core.overlay.members == {1, 5}
+
+
+def test_a_late_timer_is_a_stall_and_rounds_keep_their_grid() -> None:
+    m = _machine(1, {2: 1, 3: 1})
+    m.start_rounds(10.0)
+    assert m.get_timer() == 10.0
+    assert RoundStarted() in m.handle_timer(10.0)
+    due = m.get_timer()
+    assert due is not None
+    late = m.handle_timer(due + 5.0)  # the process did not run for 5 s
+    stalls = [o for o in late if isinstance(o, Stalled)]
+    assert len(stalls) == 1
+    assert stalls[0].lag == pytest.approx(5.0)
+    assert m.detector is not None
+    assert m.detector.health >= 1
+    nxt = m.get_timer()
+    assert nxt is not None
+    assert nxt <= due + 5.0 + CFG.interval
+
+
+def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> None:
+    """Suspected by a peer: one Reincarnated, a new core built by ``make_core``
+    (so it keeps the driver's config: before, the runtime's rebuilt core lost
+    its larger payload limit), numbering on, and the topics subscribed again."""
+    a = _machine(1, {2: 1})
+    a.subscribe("t", 0.0)
+    a.publish("t", b"x" * 100, 0.0)
+    old = a.core
+    suspicion = Push(incarnation=1, version=5, entries=(Entry(1, 1, 1),))  # 2 says: 1 suspected
+    out = a.control(2, suspicion, 1.0)
+    re = [o for o in out if isinstance(o, Reincarnated)]
+    assert re == [Reincarnated(1, 2)]
+    assert a.incarnation == 2
+    assert a.core is not old
+    assert a.core.config.max_payload == PUBSUB.max_payload
+    assert a.core.next_seq >= old.next_seq  # ids stay unique across lives
+    assert a.topics == {"t"}
+    assert a.core.is_subscribed("t")
+    a.publish("t", b"y" * 100, 1.5)  # the same limit as before
+    with pytest.raises(LocalProtocolError):
+        a.publish("t", b"z" * 101, 1.5)
+    assert not [o for o in a.control(2, suspicion, 2.0) if isinstance(o, Reincarnated)]
+
+
+def test_a_reply_from_a_peer_answers_its_probe() -> None:
+    m = _machine(1, {2: 1})
+    m.start_rounds(0.0)
+    out = m.handle_timer(0.0)
+    probes = [o for o in out if isinstance(o, SendControl) and isinstance(o.msg, Probe)]
+    assert [o.dest for o in probes] == [2]
+    probe = probes[0].msg
+    assert isinstance(probe, Probe)
+    reply = Reply(round=probe.round, incarnation=1, version=0, entries=())
+    assert m.control(2, reply, 0.1) == []
+    assert m.detector is not None
+    assert m.detector.deadline() is None
