@@ -148,9 +148,15 @@ class WireError(P2PError):
     """A frame breaks the wire format or its limits; the connection that sent it is closed."""
 
 
+_CORE = PubSubConfig()
+"""The core's default limits: the wire's defaults for the same bounds."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WireLimits:
-    """Bounds on what one received frame may hold.  Defaults match :class:`PubSubConfig`."""
+    """Bounds on what one received frame may hold.  The core's bounds default to
+    :class:`PubSubConfig`'s (one source, ``_CORE``); :meth:`from_config` takes
+    them from a node's own config."""
 
     max_frame: int = 4 * 1024 * 1024
     """Largest frame body, in bytes (checked on the length prefix, before buffering)."""
@@ -161,25 +167,25 @@ class WireLimits:
     max_packets: int = 4096
     """Most packets in one frame (a bundle counts its packets)."""
 
-    max_topic_len: int = 256
+    max_topic_len: int = _CORE.max_topic_len
     """Longest topic name, in UTF-8 bytes."""
 
-    max_payload: int = 64 * 1024
+    max_payload: int = _CORE.max_payload
     """Largest publication payload, in bytes."""
 
-    max_round_messages: int = 256
+    max_round_messages: int = _CORE.max_round_messages
     """Most publications in one PUB round."""
 
-    max_round_bytes: int = 512 * 1024
+    max_round_bytes: int = _CORE.max_round_bytes
     """Most payload bytes in a PUB round of more than one publication."""
 
-    max_barrier: int = 4096
+    max_barrier: int = _CORE.max_barrier
     """Most entries (``deps`` plus ``op_deps``) in one causal barrier."""
 
-    max_view_entries: int = 1 << 16
+    max_view_entries: int = _CORE.max_view_entries
     """Most view entries, and most bounds, in one ACK."""
 
-    max_dests: int = 1 << 16
+    max_dests: int = _CORE.max_view_entries
     """Most node ids in the ``dests`` route of a PUB or UNS."""
 
     max_records: int = 1024

@@ -88,7 +88,7 @@ def test_the_other_snippets_run_in_order(tmp_path: Path) -> None:
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
     (tmp_path / "p2p").symlink_to(ROOT / "p2p")
     assert (tmp_path / ".venv" / "bin" / "p2p").exists(), "run the tests from the .venv"
-    outputs = []
+    outputs: list[tuple[str, subprocess.CompletedProcess[str]]] = []
     for block in sh_blocks(README.read_text()):
         if is_make_block(block):
             continue
@@ -98,9 +98,12 @@ def test_the_other_snippets_run_in_order(tmp_path: Path) -> None:
         )  # fmt: skip
         assert run.returncode == 0, f"{block}\n{run.stdout}\n{run.stderr}"
         assert "Traceback" not in run.stderr, run.stderr
-        outputs.append(run)
-    sim, nodes = outputs[0], outputs[1]
+        outputs.append((block, run))
+    sim = outputs[0][1]
+    nodes = next(run for block, run in outputs if "p2p node" in block or "p2p sub" in block)
+    crash = next(run for block, run in outputs if "CRASH" in block)
     assert "vcube-ps:" in sim.stdout
+    assert "detector: 15 detections of crashed nodes" in crash.stdout
     assert (tmp_path / "m.json").exists()
     assert (tmp_path / "t.jsonl").exists()
     alice = nodes.stdout.splitlines()

@@ -689,3 +689,15 @@ def test_fuzz_direct_decoder_agrees_with_checked() -> None:
         DIRECT_LIMITS,
     )
     assert accepted > 100
+
+
+def test_the_wire_defaults_are_the_cores_own() -> None:
+    """One source for the core's limits: a default ``WireLimits`` and one made
+    from a default ``PubSubConfig`` agree."""
+    from dataclasses import asdict
+
+    from topics import PubSubConfig
+
+    made = asdict(WireLimits.from_config(PubSubConfig()))
+    default = asdict(WireLimits())
+    assert made == default
