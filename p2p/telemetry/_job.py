@@ -125,6 +125,9 @@ class Options:
     ui: bool = False
     batch: bool = True
     """Validate in batches (:mod:`p2p.telemetry._batch`); ``False``: one ``validate`` per item."""
+    compiled: bool = True
+    """Read node and topic records with the compiled parser (:mod:`p2p.telemetry._fast`)
+    where numba is installed; ``False``: every item takes the paths above."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -261,7 +264,7 @@ def _decode(
 ) -> list[tuple[Any, ...]]:
     """Runs the decode tasks (one Spark job) and returns their tagged outputs."""
     sc = spark.sparkContext
-    cfg = _TaskConfig(opts.since, opts.until, opts.window, opts.batch)
+    cfg = _TaskConfig(opts.since, opts.until, opts.window, opts.batch, opts.compiled)
     body = partial(_run_task, cfg, counter)
     if is_uri(opts.landing):
         wanted = sc.broadcast({f.path: f for f in files})
@@ -431,6 +434,7 @@ def _summary(
         "duplicates_conflicting": stats["duplicates_conflicting"],
         "outside_range": stats["outside_range"],
         "aggregated": stats["aggregated"],
+        "compiled_path": stats["compiled"],
         "by_kind": {k: stats[f"kind_{k}"] for k in ("node", "topic", "event")},
         "span": {
             "start": _iso(span[0]) if span[1] else None,
