@@ -241,3 +241,44 @@ def test_the_parser_stops_at_the_first_item_it_leaves(tmp_path: Path) -> None:
     assert (count, stop) == (1, len(good))
     count, stop = parser.run(np.frombuffer(data, dtype=np.uint8), len(data) - len(good), DEV)
     assert (count, stop) == (1, len(data))
+
+
+def test_a_full_topic_table_sends_new_topics_to_the_exact_path() -> None:
+    parser = fast.Parser()
+    parser.table = np.zeros((2, parser.table.shape[1]), dtype=np.uint8)
+    parser.sizes = np.zeros(3, dtype=np.int64)
+    parser.slots = np.full(4, -1, dtype=np.int64)
+    recs = [base("topic", seq=i, topic=name) for i, name in enumerate(("a", "b", "a", "c"))]
+    data = b"".join(cbor2.dumps(r) for r in recs)
+    count, stop = parser.run(np.frombuffer(data, dtype=np.uint8), 0, DEV)
+    assert count == 3  # "a", "b", "a" again; "c" would be a third topic
+    assert stop == len(data) - len(cbor2.dumps(recs[3]))
+    assert parser.topic_names() == ["a", "b"]
+    assert parser.ints[:3, fast.CODE].tolist() == [0, 1, 0]
+
+
+def test_both_paths_count_the_same_duplicates_and_conflicts(tmp_path: Path) -> None:
+    from p2p.telemetry._listing import LandingFile
+    from p2p.telemetry._task import _Task, _TaskConfig
+
+    node, topic, event_ = base("node", seq=1), base("topic", seq=2), event()
+    changed = base("topic", seq=2, held=1)  # same id, other bytes
+    slow_copy = base("node", seq=1, cpu_s=1)  # same id, an int cpu_s: the exact path
+    files = [
+        cbor2.dumps(node) + cbor2.dumps(topic) + event_,
+        event_ + cbor2.dumps(topic) + cbor2.dumps(changed) + cbor2.dumps(slow_copy),
+        cbor2.dumps(node),
+    ]
+    pairs = [
+        (LandingFile(f"f{i}", len(b), "2026-03-02", DEV, 2, i), b) for i, b in enumerate(files)
+    ]
+    counts = {}
+    for compiled in (True, False):
+        task = _Task(_TaskConfig(None, None, 3600.0, True, compiled))
+        assert task.device(DEV, pairs) == 8
+        assert (task.parser is not None) == compiled
+        counts[compiled] = {k: v for k, v in task.stats.items() if k != "compiled"}
+        assert task.stats["compiled"] == (5 if compiled else 0)
+    assert counts[True] == counts[False]
+    assert counts[True]["duplicates"] == 5
+    assert counts[True]["duplicates_conflicting"] == 2

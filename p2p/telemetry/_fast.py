@@ -41,16 +41,27 @@ from __future__ import annotations
 import importlib
 from typing import Any, Final
 
-from p2p.telemetry._schema import BUCKETS, HISTOGRAMS, NODE_COUNTERS, TOPIC_COUNTERS
+from p2p.telemetry._schema import (
+    BUCKETS,
+    HISTOGRAMS,
+    MAX_TOPIC_LEN,
+    NODE_COUNTERS,
+    TOPIC_COUNTERS,
+)
 
 KEYS: Final = (
     "v", "id", "device", "boot", "seq", "t", "window", "kind",
     *NODE_COUNTERS, "cpu_s", "topic", *TOPIC_COUNTERS, *HISTOGRAMS,
 )  # fmt: skip
 """Every key the parser knows; a record's key mask has bit ``i`` for ``KEYS[i]``."""
-START, END, KIND, BOOT, SEQ, TOPIC_OFF, TOPIC_LEN, COUNTERS = range(8)
-"""Columns of the int array; from ``COUNTERS`` on, the node counters (``NODE_COUNTERS``
-order) or the topic counters (``TOPIC_COUNTERS`` order)."""
+START, END, KIND, BOOT, SEQ, TOPIC_OFF, TOPIC_LEN, CODE, DIGEST, COUNTERS = range(10)
+"""Columns of the int array: the record's bytes, kind, boot and seq, its topic's bytes
+and code in the task's topic table, its digest (:meth:`Parser.digest`); from
+``COUNTERS`` on, the node counters (``NODE_COUNTERS`` order) or the topic counters
+(``TOPIC_COUNTERS`` order)."""
+TOPICS: Final = 8192
+"""Topics one task's table holds; a record of a new topic past that takes the exact
+path (correct, slower)."""
 INT_COLS: Final = COUNTERS + len(NODE_COUNTERS)
 T, WINDOW, CPU = range(3)
 """Columns of the float array."""
@@ -89,7 +100,8 @@ class Parser:
     records, in file order.
     """
 
-    __slots__ = ("dev", "device", "floats", "hists", "ints", "k", "keys", "lens")
+    __slots__ = ("dev", "device", "floats", "hists", "ints", "k", "keys", "lens", "names", "sizes",
+                 "slots", "table")  # fmt: skip
 
     def __init__(self) -> None:
         import numpy as np
@@ -103,6 +115,10 @@ class Parser:
         self.ints = np.zeros((RUN, INT_COLS), dtype=np.int64)
         self.floats = np.zeros((RUN, 3), dtype=np.float64)
         self.hists = np.zeros((RUN, len(HISTOGRAMS), BUCKETS + 1), dtype=np.int64)
+        self.table = np.zeros((TOPICS, MAX_TOPIC_LEN), dtype=np.uint8)
+        self.sizes = np.zeros(TOPICS + 1, dtype=np.int64)  # the last one: codes used
+        self.slots = np.full(2 * TOPICS, -1, dtype=np.int64)
+        self.names: list[str] = []
         self.device = ""
         self.dev = np.zeros(16, dtype=np.uint8)
 
@@ -115,14 +131,29 @@ class Parser:
             self.device = device
             self.dev = np.frombuffer(device.encode(), dtype=np.uint8)
         count, stop = self.k.run(buf, pos, self.dev, self.keys, self.lens, self.ints, self.floats,
-                                 self.hists)  # fmt: skip
+                                 self.hists, self.table, self.sizes, self.slots)  # fmt: skip
         return int(count), int(stop)
+
+    def topic_names(self) -> list[str]:
+        """The topics by code (the table's, decoded: the parser took ASCII only)."""
+        for c in range(len(self.names), int(self.sizes[-1])):
+            self.names.append(self.table[c, : self.sizes[c]].tobytes().decode("ascii"))
+        return self.names
+
+    def digest(self, blob: bytes, start: int, end: int) -> int:
+        """The parser's digest of ``blob[start:end]`` (for items of the exact path, so that
+        every copy of a record is compared by the same function)."""
+        import numpy as np
+
+        return int(self.k.digest(np.frombuffer(blob, dtype=np.uint8), start, end))
 
 
 __all__ = [
     "BOOT",
+    "CODE",
     "COUNTERS",
     "CPU",
+    "DIGEST",
     "END",
     "INT_COLS",
     "KEYS",

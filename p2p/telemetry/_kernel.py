@@ -15,8 +15,10 @@ import numpy as np
 
 from p2p.telemetry._fast import (
     BOOT,
+    CODE,
     COUNTERS,
     CPU,
+    DIGEST,
     END,
     KEYS,
     KIND,
@@ -56,6 +58,10 @@ _MAX_T: Final = float(MAX_TIME)
 _NCOUNTS: Final = BUCKETS + 1
 _TOP_BIT: Final = np.uint64(1 << 63)
 _EIGHT: Final = np.uint64(8)
+_K1: Final = np.uint64(0x9E3779B97F4A7C15)
+_K2: Final = np.uint64(0xBF58476D1CE4E5B9)
+_S31: Final = np.uint64(31)
+_S29: Final = np.uint64(29)
 
 
 def _jit(func: Any) -> Any:
@@ -316,11 +322,71 @@ def _record_py(
 _record = _jit(_record_py)
 
 
+def _digest_py(buf: Any, p: int, q: int) -> Any:
+    """A 64-bit hash of ``buf[p:q]`` (as an int64): equal bytes, equal digests; different
+    ones differ but for a 2**-64 chance (as Python's ``hash`` of the bytes, which it
+    replaces on this path).  Eight bytes a step, multiply and xor-shift."""
+    h = np.uint64(q - p) * _K1
+    i = p
+    while i + 8 <= q:
+        w = np.uint64(0)
+        for j in range(8):
+            w = (w << _EIGHT) | np.uint64(buf[i + j])
+        h = (h ^ w) * _K2
+        h ^= h >> _S31
+        i += 8
+    w = np.uint64(0)
+    while i < q:
+        w = (w << _EIGHT) | np.uint64(buf[i])
+        i += 1
+    h = (h ^ w) * _K2
+    h ^= h >> _S29
+    return np.int64(h)  # the same bits, as the int64 column holds them
+
+
+digest = _jit(_digest_py)
+"""The compiled :func:`_digest_py`."""
+
+
+def _intern_py(buf: Any, at: int, size: int, table: Any, sizes: Any, slots: Any) -> Any:
+    """The code of the topic ``buf[at:at+size]`` in the task's table (bytes compared, so
+    exact), added if new: ``sizes[-1]`` counts the codes; -1 if the table is full."""
+    h = np.uint64(size)
+    for j in range(size):
+        h = (h ^ np.uint64(buf[at + j])) * _K2
+    mask = len(slots) - 1
+    i = np.int64(h & np.uint64(mask))
+    while slots[i] >= 0:
+        c = slots[i]
+        if sizes[c] == size:
+            same = True
+            for j in range(size):
+                if table[c, j] != buf[at + j]:
+                    same = False
+                    break
+            if same:
+                return c
+        i = (i + 1) & mask
+    c = sizes[-1]
+    if c >= len(sizes) - 1:
+        return -1
+    for j in range(size):
+        table[c, j] = buf[at + j]
+    sizes[c] = size
+    sizes[-1] = c + 1
+    slots[i] = c
+    return c
+
+
+_intern = _jit(_intern_py)
+
+
 def _run_py(buf: Any, pos: int, dev: Any, keys: Any, lens: Any, ints: Any, floats: Any,
-            hists: Any) -> tuple[int, int]:  # fmt: skip
+            hists: Any, table: Any, sizes: Any, slots: Any) -> tuple[int, int]:  # fmt: skip
     """Records from ``pos`` into rows of ``ints``, ``floats``, ``hists``: ``(count,
     stop)``, ``stop`` the position of the first item not taken (the buffer's end, or an
-    item for the other path)."""
+    item for the other path).  Each row also gets the record's digest and its topic's
+    code in the task's topic table (``table``, ``sizes``, ``slots``)."""
     bits = np.zeros(1, dtype=np.uint64)
     vals = bits.view(np.float64)
     order = np.full(24, -1, dtype=np.int64)
@@ -331,6 +397,12 @@ def _run_py(buf: Any, pos: int, dev: Any, keys: Any, lens: Any, ints: Any, float
         end = _record(buf, pos, n, dev, keys, lens, ints, floats, hists, bits, vals, order, r)
         if end < 0:
             break
+        if ints[r, KIND] == TOPIC:
+            code = _intern(buf, ints[r, TOPIC_OFF], ints[r, TOPIC_LEN], table, sizes, slots)
+            if code < 0:
+                break  # a new topic and a full table: the exact path takes it
+            ints[r, CODE] = code
+        ints[r, DIGEST] = digest(buf, pos, end)
         pos = end
         r += 1
     return r, pos

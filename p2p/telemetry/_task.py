@@ -14,16 +14,14 @@ from typing import Any
 
 from p2p.telemetry._batch import CHUNK, Checker, check_file
 from p2p.telemetry._fast import BOOT as K_BOOT
+from p2p.telemetry._fast import CODE as K_CODE
 from p2p.telemetry._fast import COUNTERS as K_COUNTERS
 from p2p.telemetry._fast import CPU as K_CPU
-from p2p.telemetry._fast import END as K_END
+from p2p.telemetry._fast import DIGEST as K_DIGEST
 from p2p.telemetry._fast import KIND as K_KIND
 from p2p.telemetry._fast import NODE as K_NODE
 from p2p.telemetry._fast import RUN, Parser
 from p2p.telemetry._fast import SEQ as K_SEQ
-from p2p.telemetry._fast import START as K_START
-from p2p.telemetry._fast import TOPIC_LEN as K_TOPIC_LEN
-from p2p.telemetry._fast import TOPIC_OFF as K_TOPIC_OFF
 from p2p.telemetry._fast import WINDOW as K_WINDOW
 from p2p.telemetry._fast import T as K_T
 from p2p.telemetry._fast import available as fast_available
@@ -256,6 +254,18 @@ class _Counts:
         self.conflicting += previous != digest
         return False
 
+    def firsts(self, boots: list[int], seqs: list[int], digests: list[int]) -> Any:
+        """:meth:`first` over a run of records, in order: the indices of the new ones."""
+        import numpy as np
+
+        keys = list(zip(boots, seqs, strict=True))
+        if self.seen.keys().isdisjoint(keys) and len(set(keys)) == len(keys):
+            self.seen.update(zip(keys, digests, strict=True))  # the usual run: all new
+            return np.arange(len(keys))
+        first = self.first
+        new = [i for i, (k, d) in enumerate(zip(keys, digests, strict=True)) if first(*k, d)]
+        return np.array(new, dtype=np.intp)
+
 
 class _Task:
     """Everything one decode task produces from its devices."""
@@ -393,7 +403,9 @@ class _Task:
                       blob[start:end])  # fmt: skip
             return
         st.valid += 1
-        if not st.first(rec["boot"], rec["seq"], hash(blob[start:end])):
+        parser = self.parser  # with the compiled path, every copy gets the parser's digest
+        digest = hash(blob[start:end]) if parser is None else parser.digest(blob, start, end)
+        if not st.first(rec["boot"], rec["seq"], digest):
             return
         t = rec["t"]
         since, until = self.cfg.since, self.cfg.until
@@ -430,14 +442,11 @@ class _Task:
         parser = self.parser
         assert parser is not None
         ints = parser.ints[:count]
-        starts, ends = ints[:, K_START].tolist(), ints[:, K_END].tolist()
-        keys = zip(ints[:, K_BOOT].tolist(), ints[:, K_SEQ].tolist(), strict=True)
         st.items += count
         st.valid += count
         self.stats["compiled"] += count
-        first = st.first
-        keep = [i for i, (b, q) in enumerate(keys) if first(b, q, hash(blob[starts[i] : ends[i]]))]
-        idx = np.array(keep, dtype=np.intp)
+        idx = st.firsts(ints[:, K_BOOT].tolist(), ints[:, K_SEQ].tolist(),
+                        ints[:, K_DIGEST].tolist())  # fmt: skip
         since, until = self.cfg.since, self.cfg.until
         if since is not None or until is not None:
             t = parser.floats[idx, K_T]
@@ -685,12 +694,9 @@ def _fold_topics(
     acc.publications += pubs
     acc.deliveries += deliveries
     acc.held += held
-    codes: dict[bytes, int] = {}
-    offs, lens = ints[:, K_TOPIC_OFF].tolist(), ints[:, K_TOPIC_LEN].tolist()
-    code = np.array(
-        [codes.setdefault(blob[o : o + n], len(codes)) for o, n in zip(offs, lens, strict=True)]
-    )
-    names = [b.decode("ascii") for b in codes]
+    assert task.parser is not None
+    names = task.parser.topic_names()
+    code = ints[:, K_CODE]
     groups, member = np.unique(where * len(names) + code, return_inverse=True)
     order = np.argsort(member, kind="stable")
     sizes = np.bincount(member)
@@ -713,11 +719,12 @@ def _fold_topics(
         part.held += h
         task.sums.add(part.number, group_hists, g)
     task.sums.fold(len(task.windows))
-    first = np.full(len(names), np.inf)
-    last = np.full(len(names), -np.inf)
+    used, code = np.unique(code, return_inverse=True)
+    first = np.full(len(used), np.inf)
+    last = np.full(len(used), -np.inf)
     np.minimum.at(first, code, begin)
     np.maximum.at(last, code, t)
-    for c, name in enumerate(names):
+    for c, name in enumerate(names[u] for u in used.tolist()):
         span = run.topics.get(name)
         if span is None:
             run.topics[name] = [float(first[c]), float(last[c])]
