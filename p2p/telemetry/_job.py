@@ -96,7 +96,7 @@ from p2p.telemetry._spark import (
     spark_session,
     write_text,
 )
-from p2p.telemetry._tables import TABLES, _schemas, merge_outputs
+from p2p.telemetry._tables import TABLES, _schemas, merge_outputs, write_tables
 from p2p.telemetry._task import _run_task, _TaskConfig, window_start
 
 if TYPE_CHECKING:
@@ -334,12 +334,7 @@ def _run(
     emit("[3/5] aggregating and writing tables...")
     tables = merged.tables(opts.window)
     schemas = _schemas()
-    for name in TABLES:
-        sc.setJobDescription(f"write {name}")
-        # Local rows are converted on the driver and unpickled by the JVM (no Python
-        # worker); coalesce(1) keeps their order in one file without a shuffle.
-        frame = spark.createDataFrame(tables[name], schemas[name], verifySchema=False)
-        frame.coalesce(1).write.mode("overwrite").parquet(f"{opts.out.rstrip('/')}/{name}")
+    writer = write_tables(spark, opts.out, tables, schemas)
     rows = {name: len(tables[name]) for name in TABLES}
     timings["aggregate_write"] = round(time.perf_counter() - t, 3)
     emit(
@@ -351,6 +346,7 @@ def _run(
     summary = _summary(opts, stats, files, skipped, pruned, total_bytes, tasks, merged.span, rows)
     summary["first_failures"] = first_failures(tables["quarantine"])
     summary["spark"] = {"master": master, "version": spark.version, "tasks": tasks}
+    summary["tables_written_by"] = writer
     summary["timings_s"] = timings
     if opts.report:
         t = time.perf_counter()
