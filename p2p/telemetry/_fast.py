@@ -122,16 +122,16 @@ class Parser:
         self.device = ""
         self.dev = np.zeros(16, dtype=np.uint8)
 
-    def run(self, buf: Any, pos: int, device: str) -> tuple[int, int]:
-        """Records of ``device`` (its folder's) from byte ``pos`` of ``buf`` (a uint8 array):
-        ``(count, stop)``, ``stop`` the first byte not taken."""
+    def run(self, buf: Any, pos: int, device: str, row: int = 0) -> tuple[int, int]:
+        """Records of ``device`` (its folder's) from byte ``pos`` of ``buf`` (a uint8 array)
+        into rows ``row`` on: ``(count, stop)``, ``stop`` the first byte not taken."""
         if device != self.device:
             import numpy as np
 
             self.device = device
             self.dev = np.frombuffer(device.encode(), dtype=np.uint8)
         count, stop = self.k.run(buf, pos, self.dev, self.keys, self.lens, self.ints, self.floats,
-                                 self.hists, self.table, self.sizes, self.slots)  # fmt: skip
+                                 self.hists, self.table, self.sizes, self.slots, row)  # fmt: skip
         return int(count), int(stop)
 
     def topic_names(self) -> list[str]:

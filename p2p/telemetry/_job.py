@@ -431,6 +431,8 @@ def _summary(
         "outside_range": stats["outside_range"],
         "aggregated": stats["aggregated"],
         "compiled_path": stats["compiled"],
+        "decode_tasks_wall_s": round(stats["task_wall_s"], 3),
+        "decode_tasks_cpu_s": round(stats["task_cpu_s"], 3),
         "by_kind": {k: stats[f"kind_{k}"] for k in ("node", "topic", "event")},
         "span": {
             "start": _iso(span[0]) if span[1] else None,

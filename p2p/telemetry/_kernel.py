@@ -381,17 +381,19 @@ def _intern_py(buf: Any, at: int, size: int, table: Any, sizes: Any, slots: Any)
 _intern = _jit(_intern_py)
 
 
-def _run_py(buf: Any, pos: int, dev: Any, keys: Any, lens: Any, ints: Any, floats: Any,
-            hists: Any, table: Any, sizes: Any, slots: Any) -> tuple[int, int]:  # fmt: skip
-    """Records from ``pos`` into rows of ``ints``, ``floats``, ``hists``: ``(count,
-    stop)``, ``stop`` the position of the first item not taken (the buffer's end, or an
-    item for the other path).  Each row also gets the record's digest and its topic's
+def _run_py(
+    buf: Any, pos: int, dev: Any, keys: Any, lens: Any, ints: Any, floats: Any, hists: Any,
+    table: Any, sizes: Any, slots: Any, row: int,
+) -> tuple[int, int]:  # fmt: skip
+    """Records from ``pos`` into rows ``row`` on of ``ints``, ``floats``, ``hists``:
+    ``(count, stop)``, ``stop`` the position of the first item not taken (the buffer's
+    end, or an item for the other path).  Each row also gets the record's digest and its topic's
     code in the task's topic table (``table``, ``sizes``, ``slots``)."""
     bits = np.zeros(1, dtype=np.uint64)
     vals = bits.view(np.float64)
     order = np.full(24, -1, dtype=np.int64)
     n = len(buf)
-    r = 0
+    r = row
     limit = len(ints)
     while pos < n and r < limit:
         end = _record(buf, pos, n, dev, keys, lens, ints, floats, hists, bits, vals, order, r)
@@ -405,7 +407,7 @@ def _run_py(buf: Any, pos: int, dev: Any, keys: Any, lens: Any, ints: Any, float
         ints[r, DIGEST] = digest(buf, pos, end)
         pos = end
         r += 1
-    return r, pos
+    return r - row, pos
 
 
 run = _jit(_run_py)

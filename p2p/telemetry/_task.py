@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -286,6 +287,9 @@ class _Task:
         self.checker = Checker()
         self.sums = _HistSums()
         self.parser = Parser() if cfg.compiled and fast_available() else None
+        self.pending = 0
+        """Rows of the parser's arrays waiting for :meth:`_flush`; ``kept`` marks the kept."""
+        self.kept: Any = None if self.parser is None else _zeros_bool(RUN)
 
     def _fleet(self, ws: float) -> list[Any]:
         part = self.fleet.get(ws)
@@ -331,6 +335,7 @@ class _Task:
                 self._fast_file(lf, blob, st)
             else:
                 self._items(lf, blob, scan(blob), st)
+        self._flush()
         self._end_device(acc, st)
         return st.items
 
@@ -412,6 +417,7 @@ class _Task:
         if (since is not None and t < since) or (until is not None and t >= until):
             st.outside += 1
             return
+        self._flush()  # the compiled path's records before this one
         self._add(rec, t, hists, row)
 
     # ------------------------------------------------------------ compiled path
@@ -425,40 +431,57 @@ class _Task:
         buf = np.frombuffer(blob, dtype=np.uint8)
         pos, size = 0, len(blob)
         while pos < size:
-            count, pos = parser.run(buf, pos, lf.device)
+            count, pos = parser.run(buf, pos, lf.device, self.pending)
             if count:
-                self._fast_run(blob, count, st)
-            if pos >= size or count == RUN:
+                self._fast_run(self.pending, count, st)
+                self.pending += count
+            if self.pending == RUN:
+                self._flush()  # the arrays are full
                 continue
+            if pos >= size:
+                break
             item = next(scan(blob, pos))  # the item the parser left: one exact step
             self._items(lf, blob, iter([item]), st)
             pos = item[1]  # an undecodable item runs to the end: the file ends
 
-    def _fast_run(self, blob: bytes, count: int, st: _Counts) -> None:
-        """Dedupes (in file order) and range-checks the parser's ``count`` records, then
-        folds the kept ones."""
-        import numpy as np
-
+    def _fast_run(self, row: int, count: int, st: _Counts) -> None:
+        """Dedupes (in file order) and range-checks the parser's ``count`` new records
+        from ``row`` on, and marks the kept ones for :meth:`_flush`."""
         parser = self.parser
         assert parser is not None
-        ints = parser.ints[:count]
+        ints = parser.ints[row : row + count]
         st.items += count
         st.valid += count
         self.stats["compiled"] += count
         idx = st.firsts(ints[:, K_BOOT].tolist(), ints[:, K_SEQ].tolist(),
-                        ints[:, K_DIGEST].tolist())  # fmt: skip
+                        ints[:, K_DIGEST].tolist()) + row  # fmt: skip
         since, until = self.cfg.since, self.cfg.until
         if since is not None or until is not None:
             t = parser.floats[idx, K_T]
-            inside = np.ones(len(idx), dtype=bool)
+            inside = t == t  # all True
             if since is not None:
                 inside &= t >= since
             if until is not None:
                 inside &= t < until
             st.outside += len(idx) - int(inside.sum())
             idx = idx[inside]
+        self.kept[idx] = True
+
+    def _flush(self) -> None:
+        """Folds the kept records waiting in the parser's arrays (all of one device, in
+        file order).  Called when the arrays are full, at the device's end, and before an
+        item of the exact path is folded in, so that float sums keep the file order."""
+        if not self.pending:
+            return
+        import numpy as np
+
+        parser = self.parser
+        assert parser is not None
+        idx = np.flatnonzero(self.kept[: self.pending])
         if len(idx):
-            _fold_fast(self, blob, parser.ints[idx], parser.floats[idx], parser.hists[idx])
+            _fold_fast(self, parser.ints[idx], parser.floats[idx], parser.hists[idx])
+        self.kept[: self.pending] = False
+        self.pending = 0
 
     def _add(self, rec: dict[str, Any], t: float, hists: Any = None, row: int = -1) -> None:
         """Fold one kept record into the device, its window and its (window, topic);
@@ -604,7 +627,13 @@ class _Task:
 # ------------------------------------------------- folding the compiled path's records
 
 
-def _fold_fast(task: _Task, blob: bytes, ints: Any, floats: Any, hists: Any) -> None:
+def _zeros_bool(n: int) -> Any:
+    import numpy as np
+
+    return np.zeros(n, dtype=bool)
+
+
+def _fold_fast(task: _Task, ints: Any, floats: Any, hists: Any) -> None:
     """Folds kept records of the compiled path (one device's, in file order) into the
     task exactly as :meth:`_Task._add` would one by one: integer sums are exact (int64
     over counts < 2**32, Python ints otherwise), float sums are added in record order,
@@ -633,8 +662,7 @@ def _fold_fast(task: _Task, blob: bytes, ints: Any, floats: Any, hists: Any) -> 
     topic = ~node
     if topic.any():
         rows = ints[topic]
-        _fold_topics(task, blob, rows, begin[topic], t[topic], hists[topic], where[topic],
-                     starts)  # fmt: skip
+        _fold_topics(task, rows, begin[topic], t[topic], hists[topic], where[topic], starts)
 
 
 _NODE_COLUMNS = tuple((name, K_COUNTERS + i) for i, name in enumerate(NODE_COUNTERS))
@@ -674,7 +702,6 @@ def _fold_nodes(
 
 def _fold_topics(
     task: _Task,
-    blob: bytes,
     ints: Any,
     begin: Any,
     t: Any,
@@ -786,9 +813,16 @@ def _merge_fleet(a: list[Any], b: list[Any]) -> list[Any]:
 
 
 def _run_task(cfg: _TaskConfig, counter: Any, groups: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-    """mapPartitions body: ``groups`` of ``(device, files)``, ``files`` with or without bytes."""
+    """mapPartitions body: ``groups`` of ``(device, files)``, ``files`` with or without bytes.
+
+    The task's own wall and CPU seconds go into its stats (``task_wall_s``,
+    ``task_cpu_s``): what the decode stage spent outside the task code is Spark's.
+    """
+    wall, cpu = time.perf_counter(), time.process_time()
     task = _Task(cfg)
     for device, files in groups:
         pairs = [(f, None) if isinstance(f, LandingFile) else f for f in files]
         counter.add(task.device(device, pairs))
+    task.stats["task_wall_s"] += time.perf_counter() - wall  # type: ignore[assignment]
+    task.stats["task_cpu_s"] += time.process_time() - cpu  # type: ignore[assignment]
     yield from task.output()
