@@ -470,7 +470,26 @@ def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -
             f"peak {job['peak_memory_mb']['pss_total']:,.0f} MB PSS",
             file=sys.stderr,
         )
+    modes = args.modes.split(",")
+    if "local" in modes:
+        for mode in modes:
+            if mode != "local":
+                same = same_tables(work / "out-local", work / f"out-{mode}")
+                res[mode]["same_tables_as_local"] = same
+                print(f"[{label}] {mode}: same tables as local mode: {same}", file=sys.stderr)
     return res
+
+
+def same_tables(a: Path, b: Path) -> dict[str, bool]:
+    """Whether two runs wrote equal tables, table by table (every row, every field, in
+    order; read with pyarrow)."""
+    import importlib
+
+    from p2p.telemetry._tables import TABLES
+
+    pq: Any = importlib.import_module("pyarrow.parquet")
+    return {name: pq.read_table(a / name).to_pylist() == pq.read_table(b / name).to_pylist()
+            for name in TABLES}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
