@@ -104,7 +104,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-TARGET_TASK_BYTES = 64 << 20
+TARGET_TASK_BYTES = 256 << 20
 """Landing bytes per decode task (at least two tasks per core)."""
 
 
@@ -320,7 +320,9 @@ def _run(
     watch = _Progress(sc, "decode", counter, emit) if opts.progress else contextlib.nullcontext()
     with watch:
         parts = _decode(spark, opts, files, tasks, counter)
+    merging = time.perf_counter()
     merged = merge_outputs(parts)
+    timings["decode_merge"] = round(time.perf_counter() - merging, 3)
     stats = merged.stats
     timings["decode"] = round(time.perf_counter() - t, 3)
     emit(
