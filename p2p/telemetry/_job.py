@@ -18,9 +18,12 @@ How it runs (stage lines and progress go to stderr):
 2. **Decode** on the executors (:mod:`p2p.telemetry._task`).  All files of
    a device go to the same task (devices are spread over tasks by bytes), so
    duplicates (same ``id``, i.e. same device, boot and seq) are dropped
-   there: the first in (date, file name, offset) order is kept.  Items are
-   validated per file in batch (:mod:`p2p.telemetry._batch`: exactly
-   :func:`~p2p.telemetry.validate`'s verdicts); a record whose ``device`` is
+   there: the first in (date, file name, offset) order is kept.  Node and
+   topic records are read by a compiled parser where numba is installed
+   (:mod:`p2p.telemetry._fast`), which hands every item it cannot decide
+   exactly to the exact path: cbor2, then a batch check per file
+   (:mod:`p2p.telemetry._batch`); both give exactly
+   :func:`~p2p.telemetry.validate`'s verdicts.  A record whose ``device`` is
    not its folder's is *misplaced*.  Bad items go to the quarantine, never
    crash the job.  Each task folds its records into partial aggregates (per
    device, per (window, topic), per window, per topic) and hands only those,
@@ -31,8 +34,9 @@ How it runs (stage lines and progress go to stderr):
    merged in memory (counters add, histograms add element-wise); then
    percentiles come from the merged histograms
    (:func:`~p2p.telemetry.percentile`) and topics are ranked.
-4. **Write** the tables, one Spark write of local rows each (Parquet, one
-   file per folder under ``OUT_DIR``, rows in the order below):
+4. **Write** the tables from the driver's rows, with pyarrow (without it,
+   one Spark write of local rows each): Parquet, one file per folder under
+   ``OUT_DIR``, rows in the order below:
 
    ``devices``     one row per device: records by kind, boots, first/last
                    seen, RSS mean/max, CPU, connections, packets, frames, bytes,
