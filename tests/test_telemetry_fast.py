@@ -282,3 +282,21 @@ def test_both_paths_count_the_same_duplicates_and_conflicts(tmp_path: Path) -> N
     assert counts[True] == counts[False]
     assert counts[True]["duplicates"] == 5
     assert counts[True]["duplicates_conflicting"] == 2
+
+
+def test_without_numba_or_pyarrow_the_job_imports_and_takes_the_exact_path() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('numba', 'pyarrow', 'pyarrow.parquet'): sys.modules[name] = None\n"
+        "import p2p, p2p.telemetry, p2p.telemetry._job\n"
+        "from p2p.telemetry import _fast\n"
+        "from p2p.telemetry._task import _Task, _TaskConfig\n"
+        "assert not _fast.available()\n"
+        "assert _Task(_TaskConfig(None, None, 3600.0)).parser is None\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert res.stdout.strip() == "ok", res.stderr
