@@ -75,15 +75,27 @@ _TRIED = False
 
 
 def _kernel() -> Any:
-    """:mod:`p2p.telemetry._kernel`, imported once, or ``None`` without numpy or numba."""
+    """:mod:`p2p.telemetry._kernel`, imported and compiled once, or ``None`` without numpy
+    or numba, or if this numba cannot compile it (then the exact path does the work)."""
     global _KERNEL, _TRIED
     if not _TRIED:
         _TRIED = True
         try:
-            _KERNEL = importlib.import_module("p2p.telemetry._kernel")
+            kernel = importlib.import_module("p2p.telemetry._kernel")
+            _KERNEL = kernel
+            Parser().run(_bytes(b"\xa0"), 0, "0" * 16)  # compiles (or loads) the parser
+            kernel.digest(_bytes(b"\xa0"), 0, 1)
         except ImportError:
             _KERNEL = None
+        except Exception:  # a numba that cannot compile it: the exact path, same tables
+            _KERNEL = None
     return _KERNEL
+
+
+def _bytes(data: bytes) -> Any:
+    import numpy as np
+
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 def available() -> bool:

@@ -458,7 +458,7 @@ class _Task:
         since, until = self.cfg.since, self.cfg.until
         if since is not None or until is not None:
             t = parser.floats[idx, K_T]
-            inside = t == t  # all True
+            inside = _ones_bool(len(idx))
             if since is not None:
                 inside &= t >= since
             if until is not None:
@@ -631,6 +631,12 @@ def _zeros_bool(n: int) -> Any:
     import numpy as np
 
     return np.zeros(n, dtype=bool)
+
+
+def _ones_bool(n: int) -> Any:
+    import numpy as np
+
+    return np.ones(n, dtype=bool)
 
 
 def _fold_fast(task: _Task, ints: Any, floats: Any, hists: Any) -> None:
