@@ -463,6 +463,9 @@ def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -
         with _cluster(mode) as (master, pids):
             job = run_job(data, work / f"out-{mode}", master, pids, args.driver_memory)
         job["ratio_to_baseline"] = round(job["records_per_s"] / base["records_per_s"], 2)
+        # Per CPU-second too: less sensitive to what else runs on a shared machine.
+        base_per_cpu = base["items"] / max(base["cpu_s"], 1e-9)
+        job["cpu_ratio_to_baseline"] = round(job["records_per_cpu_s"] / base_per_cpu, 2)
         res[mode] = job
         print(
             f"[{label}] {mode}: {job['records_per_s']:,.0f} records/s, "
