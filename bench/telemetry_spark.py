@@ -464,8 +464,11 @@ def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -
             job = run_job(data, work / f"out-{mode}", master, pids, args.driver_memory)
         job["ratio_to_baseline"] = round(job["records_per_s"] / base["records_per_s"], 2)
         # Per CPU-second too: less sensitive to what else runs on a shared machine.
-        base_per_cpu = base["items"] / max(base["cpu_s"], 1e-9)
-        job["cpu_ratio_to_baseline"] = round(job["records_per_cpu_s"] / base_per_cpu, 2)
+        # (None when the baseline was too short for the 0.5 s sampler to see its CPU.)
+        base_cpu = base["cpu_s"]
+        job["cpu_ratio_to_baseline"] = (
+            round(job["records_per_cpu_s"] * base_cpu / base["items"], 2) if base_cpu else None
+        )
         res[mode] = job
         print(
             f"[{label}] {mode}: {job['records_per_s']:,.0f} records/s, "
