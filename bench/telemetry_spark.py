@@ -265,9 +265,12 @@ def run_job(
         driver_memory,
     ]
     print("running: " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
+    # Executors run this interpreter (local mode does so anyway): a cluster whose workers
+    # have the spark extra installed, numba included.
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     load = _load()
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
     with TreeSampler([proc.pid, *extra_pids]) as sampler:
         code = proc.wait()
     wall = time.perf_counter() - started
@@ -283,6 +286,10 @@ def run_job(
         "fixed_s": round(wall - timings["decode"], 2),
         "records_read": summary["records_read"],
         "aggregated": summary["aggregated"],
+        "compiled_path": summary.get("compiled_path"),
+        "decode_tasks_wall_s": summary.get("decode_tasks_wall_s"),
+        "decode_tasks_cpu_s": summary.get("decode_tasks_cpu_s"),
+        "tables_written_by": summary.get("tables_written_by"),
         "quarantined": summary["quarantined"],
         "by_reason": summary["by_reason"],
         "duplicates_dropped": summary["duplicates_dropped"],
@@ -321,36 +328,116 @@ def _cluster(mode: str) -> Iterator[tuple[str, tuple[int, ...]]]:
 
 
 def task_rates(landing: Path, budget: int = 48 << 20) -> dict[str, Any]:
-    """Decode + validate per core, the job's own code without Spark, on files spread over
-    the landing (``budget`` bytes in all): the batch check and ``validate`` per item, each
-    timed twice in alternation (the best of two is kept)."""
-    from p2p.telemetry._batch import Checker, check_file
-    from p2p.telemetry._job import list_landing, scan
+    """Per core, the job's own code without Spark, on files spread over the landing
+    (``budget`` bytes in all), each path timed twice in alternation (best of two kept):
+
+    * ``records_per_s_per_core``: decode + validate only: the compiled parser (items it
+      leaves take cbor2 + the batch check), cbor2 + the batch check, cbor2 + ``validate``
+      per item;
+    * ``task_records_per_s_per_core``: the whole decode task (decode, validate, dedupe,
+      fold into the partials) with the compiled path and with the batch path.
+    """
+    from p2p.telemetry._job import list_landing
 
     found, _, _ = list_landing(str(landing))
     total = sum(f.size for f in found)
     step = max(1, round(total / budget))
-    blobs = [Path(f.path).read_bytes() for f in found[::step]]
+    sample = [(f, Path(f.path).read_bytes()) for f in found[::step]]
+    blobs = [blob for _, blob in sample]
+    runs: dict[str, Any] = {
+        "compiled": lambda: _decode_compiled(sample),
+        "batch": lambda: _decode_exact(blobs, True),
+        "validate_each": lambda: _decode_exact(blobs, False),
+        "task_compiled": lambda: _whole_task(sample, True),
+        "task_batch": lambda: _whole_task(sample, False),
+    }
     best: dict[str, float] = {}
     items = 0
     for _ in range(2):
-        for batch in (True, False):
-            checker = Checker()
-            started = time.perf_counter()
-            items = 0
-            for blob in blobs:
-                scanned = list(scan(blob))
-                check_file(checker, blob, scanned, batch)
-                items += len(scanned)
-            rate = items / (time.perf_counter() - started)
-            key = "batch" if batch else "validate_each"
+        for key, body in runs.items():
+            started = time.process_time()
+            items = body()
+            rate = items / max(time.process_time() - started, 1e-9)
             best[key] = max(best.get(key, 0.0), rate)
+    decode = ("compiled", "batch", "validate_each")
     return {
         "items": items,
         "files": len(blobs),
-        "records_per_s_per_core": {k: round(v, 1) for k, v in best.items()},
-        "speedup": round(best["batch"] / best["validate_each"], 2),
+        "clock": "CPU time of this process",
+        "records_per_s_per_core": {k: round(best[k], 1) for k in decode},
+        "task_records_per_s_per_core": {
+            "compiled": round(best["task_compiled"], 1),
+            "batch": round(best["task_batch"], 1),
+        },
+        "speedup_compiled_vs_batch": round(best["compiled"] / best["batch"], 2),
+        "speedup_batch_vs_validate_each": round(best["batch"] / best["validate_each"], 2),
     }
+
+
+def _decode_exact(blobs: list[bytes], batch: bool) -> int:
+    from p2p.telemetry._batch import Checker, check_file
+    from p2p.telemetry._job import scan
+
+    checker, items = Checker(), 0
+    for blob in blobs:
+        scanned = list(scan(blob))
+        check_file(checker, blob, scanned, batch)
+        items += len(scanned)
+    return items
+
+
+def _decode_compiled(sample: list[tuple[Any, bytes]]) -> int:
+    """The compiled parser over each file; an item it leaves is decoded and checked
+    exactly (cbor2 + the batch check), as the task does."""
+    import numpy as np
+
+    from p2p.telemetry._batch import Checker, check_file
+    from p2p.telemetry._fast import RUN, Parser
+    from p2p.telemetry._job import scan
+
+    parser, checker, items = Parser(), Checker(), 0
+    for lf, blob in sample:
+        buf, pos = np.frombuffer(blob, dtype=np.uint8), 0
+        while pos < len(blob):
+            count, pos = parser.run(buf, pos, lf.device)
+            items += count
+            if pos >= len(blob) or count == RUN:
+                continue
+            item = next(scan(blob, pos))
+            check_file(checker, blob, [item])
+            items += 1
+            pos = item[1]
+    return items
+
+
+def _whole_task(sample: list[tuple[Any, bytes]], compiled: bool) -> int:
+    from p2p.telemetry._task import _Task, _TaskConfig
+
+    task = _Task(_TaskConfig(None, None, 3600.0, True, compiled))
+    items = sum(task.device(lf.device, [(lf, blob)]) for lf, blob in sample)
+    for _ in task.output():
+        pass
+    return items
+
+
+def numba_compile() -> dict[str, Any]:
+    """Seconds to import and compile the parser in a fresh process with an empty numba
+    cache (what a cluster worker pays once), and with the cache the runs here use."""
+    import tempfile
+
+    code = (
+        "import time; t = time.perf_counter(); import numpy as np; "
+        "from p2p.telemetry._fast import Parser; p = Parser(); "
+        "p.run(np.frombuffer(b'x', dtype=np.uint8), 0, '0' * 16); p.digest(b'x', 0, 1); "
+        "print(time.perf_counter() - t)"
+    )
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for label, env in (("cold_s", {"NUMBA_CACHE_DIR": cache}), ("cached_s", {})):
+            res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                                 text=True, env={**os.environ, **env}, check=True)  # fmt: skip
+            out[label] = round(float(res.stdout.strip()), 2)
+    return out
 
 
 # --------------------------------------------------------------------- main
@@ -365,8 +452,10 @@ def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -
         "devices": devices,
         "hours": hours,
         "generate": {k: gen[k] for k in ("records", "files", "bytes", "reused") if k in gen},
+        "numba_compile": numba_compile(),
         "task_rates": task_rates(data),
     }
+    print(f"[{label}] compile: {res['numba_compile']}", file=sys.stderr)
     print(f"[{label}] decode+validate per core: {res['task_rates']}", file=sys.stderr)
     res["baseline"] = base = run_baseline(data, work)
     print(f"[{label}] baseline: {base['records_per_s']:,.0f} records/s", file=sys.stderr)
@@ -374,6 +463,12 @@ def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -
         with _cluster(mode) as (master, pids):
             job = run_job(data, work / f"out-{mode}", master, pids, args.driver_memory)
         job["ratio_to_baseline"] = round(job["records_per_s"] / base["records_per_s"], 2)
+        # Per CPU-second too: less sensitive to what else runs on a shared machine.
+        # (None when the baseline was too short for the 0.5 s sampler to see its CPU.)
+        base_cpu = base["cpu_s"]
+        job["cpu_ratio_to_baseline"] = (
+            round(job["records_per_cpu_s"] * base_cpu / base["items"], 2) if base_cpu else None
+        )
         res[mode] = job
         print(
             f"[{label}] {mode}: {job['records_per_s']:,.0f} records/s, "
@@ -381,7 +476,26 @@ def one_size(args: argparse.Namespace, label: str, devices: int, hours: float) -
             f"peak {job['peak_memory_mb']['pss_total']:,.0f} MB PSS",
             file=sys.stderr,
         )
+    modes = args.modes.split(",")
+    if "local" in modes:
+        for mode in modes:
+            if mode != "local":
+                same = same_tables(work / "out-local", work / f"out-{mode}")
+                res[mode]["same_tables_as_local"] = same
+                print(f"[{label}] {mode}: same tables as local mode: {same}", file=sys.stderr)
     return res
+
+
+def same_tables(a: Path, b: Path) -> dict[str, bool]:
+    """Whether two runs wrote equal tables, table by table (every row, every field, in
+    order; read with pyarrow)."""
+    import importlib
+
+    from p2p.telemetry._tables import TABLES
+
+    pq: Any = importlib.import_module("pyarrow.parquet")
+    return {name: pq.read_table(a / name).to_pylist() == pq.read_table(b / name).to_pylist()
+            for name in TABLES}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -453,11 +453,16 @@ def same(got: Any, want: Any) -> bool:
     return bool(got == want)
 
 
-@pytest.mark.parametrize("numpy_path", [True, False], ids=["numpy", "no-numpy"])
+@pytest.mark.parametrize(
+    ("compiled", "numpy_path"),
+    [(True, True), (False, True), (False, False)],
+    ids=["compiled", "numpy", "no-numpy"],
+)
 def test_every_field_equals_the_reference(
     spark: SparkSession,
     landing: Path,
     tmp_path: Path,
+    compiled: bool,
     numpy_path: bool,
 ) -> None:
     from p2p.telemetry._job import Options, run
@@ -472,6 +477,7 @@ def test_every_field_equals_the_reference(
         progress=False,
         partitions=3,
         batch=numpy_path,
+        compiled=compiled,
     )
     summary = run(opts, spark=spark)
     got, want = job_tables(spark, tmp_path / "out"), reference(landing)

@@ -18,9 +18,12 @@ How it runs (stage lines and progress go to stderr):
 2. **Decode** on the executors (:mod:`p2p.telemetry._task`).  All files of
    a device go to the same task (devices are spread over tasks by bytes), so
    duplicates (same ``id``, i.e. same device, boot and seq) are dropped
-   there: the first in (date, file name, offset) order is kept.  Items are
-   validated per file in batch (:mod:`p2p.telemetry._batch`: exactly
-   :func:`~p2p.telemetry.validate`'s verdicts); a record whose ``device`` is
+   there: the first in (date, file name, offset) order is kept.  Node and
+   topic records are read by a compiled parser where numba is installed
+   (:mod:`p2p.telemetry._fast`), which hands every item it cannot decide
+   exactly to the exact path: cbor2, then a batch check per file
+   (:mod:`p2p.telemetry._batch`); both give exactly
+   :func:`~p2p.telemetry.validate`'s verdicts.  A record whose ``device`` is
    not its folder's is *misplaced*.  Bad items go to the quarantine, never
    crash the job.  Each task folds its records into partial aggregates (per
    device, per (window, topic), per window, per topic) and hands only those,
@@ -31,8 +34,9 @@ How it runs (stage lines and progress go to stderr):
    merged in memory (counters add, histograms add element-wise); then
    percentiles come from the merged histograms
    (:func:`~p2p.telemetry.percentile`) and topics are ranked.
-4. **Write** the tables, one Spark write of local rows each (Parquet, one
-   file per folder under ``OUT_DIR``, rows in the order below):
+4. **Write** the tables from the driver's rows, with pyarrow (without it,
+   one Spark write of local rows each): Parquet, one file per folder under
+   ``OUT_DIR``, rows in the order below:
 
    ``devices``     one row per device: records by kind, boots, first/last
                    seen, RSS mean/max, CPU, connections, packets, frames, bytes,
@@ -96,7 +100,7 @@ from p2p.telemetry._spark import (
     spark_session,
     write_text,
 )
-from p2p.telemetry._tables import TABLES, _schemas, merge_outputs
+from p2p.telemetry._tables import TABLES, _schemas, merge_outputs, write_tables
 from p2p.telemetry._task import _run_task, _TaskConfig, window_start
 
 if TYPE_CHECKING:
@@ -104,7 +108,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-TARGET_TASK_BYTES = 64 << 20
+TARGET_TASK_BYTES = 256 << 20
 """Landing bytes per decode task (at least two tasks per core)."""
 
 
@@ -125,6 +129,9 @@ class Options:
     ui: bool = False
     batch: bool = True
     """Validate in batches (:mod:`p2p.telemetry._batch`); ``False``: one ``validate`` per item."""
+    compiled: bool = True
+    """Read node and topic records with the compiled parser (:mod:`p2p.telemetry._fast`)
+    where numba is installed; ``False``: every item takes the paths above."""
 
 
 # ------------------------------------------------------------------ helpers
@@ -261,7 +268,7 @@ def _decode(
 ) -> list[tuple[Any, ...]]:
     """Runs the decode tasks (one Spark job) and returns their tagged outputs."""
     sc = spark.sparkContext
-    cfg = _TaskConfig(opts.since, opts.until, opts.window, opts.batch)
+    cfg = _TaskConfig(opts.since, opts.until, opts.window, opts.batch, opts.compiled)
     body = partial(_run_task, cfg, counter)
     if is_uri(opts.landing):
         wanted = sc.broadcast({f.path: f for f in files})
@@ -317,7 +324,9 @@ def _run(
     watch = _Progress(sc, "decode", counter, emit) if opts.progress else contextlib.nullcontext()
     with watch:
         parts = _decode(spark, opts, files, tasks, counter)
+    merging = time.perf_counter()
     merged = merge_outputs(parts)
+    timings["decode_merge"] = round(time.perf_counter() - merging, 3)
     stats = merged.stats
     timings["decode"] = round(time.perf_counter() - t, 3)
     emit(
@@ -331,12 +340,7 @@ def _run(
     emit("[3/5] aggregating and writing tables...")
     tables = merged.tables(opts.window)
     schemas = _schemas()
-    for name in TABLES:
-        sc.setJobDescription(f"write {name}")
-        # Local rows are converted on the driver and unpickled by the JVM (no Python
-        # worker); coalesce(1) keeps their order in one file without a shuffle.
-        frame = spark.createDataFrame(tables[name], schemas[name], verifySchema=False)
-        frame.coalesce(1).write.mode("overwrite").parquet(f"{opts.out.rstrip('/')}/{name}")
+    writer = write_tables(spark, opts.out, tables, schemas)
     rows = {name: len(tables[name]) for name in TABLES}
     timings["aggregate_write"] = round(time.perf_counter() - t, 3)
     emit(
@@ -348,6 +352,7 @@ def _run(
     summary = _summary(opts, stats, files, skipped, pruned, total_bytes, tasks, merged.span, rows)
     summary["first_failures"] = first_failures(tables["quarantine"])
     summary["spark"] = {"master": master, "version": spark.version, "tasks": tasks}
+    summary["tables_written_by"] = writer
     summary["timings_s"] = timings
     if opts.report:
         t = time.perf_counter()
@@ -431,6 +436,9 @@ def _summary(
         "duplicates_conflicting": stats["duplicates_conflicting"],
         "outside_range": stats["outside_range"],
         "aggregated": stats["aggregated"],
+        "compiled_path": stats["compiled"],
+        "decode_tasks_wall_s": round(stats["task_wall_s"], 3),
+        "decode_tasks_cpu_s": round(stats["task_cpu_s"], 3),
         "by_kind": {k: stats[f"kind_{k}"] for k in ("node", "topic", "event")},
         "span": {
             "start": _iso(span[0]) if span[1] else None,

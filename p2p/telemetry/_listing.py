@@ -39,14 +39,16 @@ class LandingFile:
     seq: int
 
 
-def scan(data: bytes) -> Iterator[tuple[int, int, object, str | None]]:
-    """:func:`~p2p.telemetry.iter_items` with byte offsets: ``(start, end, item, error)``.
+def scan(data: bytes, start: int = 0) -> Iterator[tuple[int, int, object, str | None]]:
+    """:func:`~p2p.telemetry.iter_items` with byte offsets: ``(start, end, item, error)``,
+    from byte ``start`` on (an item boundary).
 
     Same rules (a corrupt item ends the file, an item over ``MAX_RECORD_BYTES``
     is an error and scanning goes on), and any decoder exception is a corrupt
     item rather than a crash.
     """
     stream = io.BytesIO(data)
+    stream.seek(start)
     decoder = cbor2.CBORDecoder(stream)
     size = len(data)
     while stream.tell() < size:

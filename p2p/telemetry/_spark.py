@@ -136,6 +136,15 @@ def _placement(master: str, extra: dict[str, str]) -> dict[str, str]:
     return conf
 
 
+def _local_jvm(master: str) -> dict[str, str]:
+    """In local mode the one JVM only schedules tasks and passes their results on (the
+    records are read and folded in Python), so it starts with the quick compiler only and
+    the serial collector: about 1-1.5 s less start-up on 2 cores.  ``extra`` may override."""
+    if not is_local(master):
+        return {}
+    return {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
 def executor_bundle(folder: Path) -> Path:
     """``folder/p2p_executor.zip``: what executors import (``p2p.telemetry``, its ``p2p``
     root, and the installed cbor2 package with its compiled extension)."""
@@ -194,6 +203,7 @@ def spark_session(
         "spark.sql.shuffle.partitions": str(shuffle_partitions or max(4, 2 * cores)),
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.python.worker.reuse": "true",
+        **_local_jvm(master),
         **_placement(master, extra),
         **extra,
         **_shipping(master, extra),
