@@ -18,6 +18,7 @@ import io
 import json
 import math
 import random
+from typing import Any
 
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
@@ -181,6 +182,30 @@ def test_p2p_sim_reports_detection_from_the_real_detector(tmp_path, capsys) -> N
     assert "detector:" not in capsys.readouterr().out
 
 
+def _hints(ids: list[int], most: int) -> st.SearchStrategy[list[tuple[float, int, int]]]:
+    """Spoofed goodbyes: ``(time, node, about)``."""
+    hint = st.tuples(st.floats(0, 6000), st.sampled_from(ids), st.sampled_from(ids))
+    return st.lists(hint, max_size=most)
+
+
+def _run_faults(
+    sim: Simulation, script: list[tuple[float, str, int, str]], hints: list[tuple[float, int, int]]
+) -> dict[str, Any]:
+    """Run ``script`` and ``hints``: every trace and view check holds and the
+    nodes up end agreeing on who is up.  Returns the membership metrics."""
+    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    for time, node, about in hints:
+        sim.schedule(time, "HINT", node, str(about))
+    run_checked(sim)
+    m = sim.membership_metrics()
+    note(repr(m))
+    assert m["converged"] is True, m
+    assert m["agreed"] is True, m
+    return m
+
+
 @settings(max_examples=max(10, settings().max_examples // 2), deadline=None)
 @given(
     data=st.data(),
@@ -200,13 +225,7 @@ def test_guarantees_and_membership_convergence_hold_with_the_real_detector(
     topics = [f"t{k}" for k in range(ntopics)]
     recover = data.draw(st.booleans(), label="recover")
     script = data.draw(failure_scripts(ids, topics, recover=recover), label="script")
-    hints = data.draw(
-        st.lists(
-            st.tuples(st.floats(0, 6000), st.sampled_from(ids), st.sampled_from(ids)),
-            max_size=20,
-        ),
-        label="hints (spoofed goodbyes)",
-    )
+    hints = data.draw(_hints(ids, 20), label="hints (spoofed goodbyes)")
     delay = None
     if data.draw(st.booleans(), label="per-link delays"):
         delay = data.draw(link_delays(len(ids)), label="delays")
@@ -215,16 +234,7 @@ def test_guarantees_and_membership_convergence_hold_with_the_real_detector(
     sim = Simulation(ids, seed=seed, link_delay=delay, detector=FAST)
     if delay is not None:
         delay.index.update(sim.index)
-    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    for time, node, about in hints:
-        sim.schedule(time, "HINT", node, str(about))
-    run_checked(sim)
-    m = sim.membership_metrics()
-    note(repr(m))
-    assert m["converged"] is True, m
-    assert m["agreed"] is True, m
+    m = _run_faults(sim, script, hints)
     if delay is None:
         assert m["false_suspicions"] == 0, m
         assert m["detection"]["max"] <= sim.detection_bound(), m
@@ -281,6 +291,26 @@ def test_a_chain_of_introductions_heals_in_both_directions() -> None:
     assert rounds <= 2 * math.ceil(math.log2(n)) + 2
 
 
+def test_a_seed_that_comes_up_late_is_still_reached() -> None:
+    """The seed is down when the fleet starts (and comes back at 5000 u.t.): the
+    others keep trying it, then learn each other through it."""
+    n = 12
+    sim = Simulation(
+        list(range(n)), seed=8, detector=DETECTOR, introductions={k: [0] for k in range(1, n)}
+    )
+    sim.schedule(0.0, "CRASH", 0, "")
+    sim.schedule(5000.0, "RECOVER", 0, "")
+    for k in range(1, n):
+        sim.schedule(0.0, "SUB", k, "t")
+    sim.schedule(5000.0, "SUB", 0, "t")
+    for j in range(10):
+        sim.schedule(30000.0 + 50 * j, "PUB", 1 + j % (n - 1), "t", b"m%d" % j)
+    sim.run()
+    assert sim.membership_metrics()["converged"] is True
+    assert sim.recorder.metrics()["deliveries"] == 10 * n
+    _clean(sim)
+
+
 def test_p2p_sim_runs_a_seed_only_fleet(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     scenario = tmp_path / "s.txt"
     scenario.write_text("0;SUB;*;news\n8000;PUB;5;news;a\n8100;PUB;9;news;b\n")
@@ -316,23 +346,8 @@ def test_one_way_discovery_faults_and_hints_still_converge(data: st.DataObject, 
         for t, node, topic, roll in data.draw(raw_steps(ids, ["t"], horizon=6000, rolls=9))
     ]
     script = legal_script(steps, crash_roll=9, max_down=len(ids) // 2, recover=True)
-    hints = data.draw(
-        st.lists(
-            st.tuples(st.floats(0, 6000), st.sampled_from(ids), st.sampled_from(ids)), max_size=10
-        ),
-        label="hints",
-    )
-    sim = Simulation(ids, seed=seed, detector=FAST, introductions=intro)
-    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    for time, node, about in hints:
-        sim.schedule(time, "HINT", node, str(about))
-    run_checked(sim)
-    m = sim.membership_metrics()
-    note(repr(m))
-    assert m["converged"] is True, m
-    assert m["agreed"] is True, m
+    hints = data.draw(_hints(ids, 10), label="hints")
+    _run_faults(Simulation(ids, seed=seed, detector=FAST, introductions=intro), script, hints)
 
 
 def test_a_node_told_of_a_subscriber_it_never_met_also_learns_it_died() -> None:

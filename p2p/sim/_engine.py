@@ -200,9 +200,10 @@ class Simulation:
         if introductions is not None and detector is None:
             raise P2PError("introductions need the failure detector (detector=...)")
         self.introductions = introductions
-        """With a ``detector``: the ids each node knows when it starts (its seeds,
-        what mDNS showed it); the rest it learns from membership records spread
-        by the machines.  ``None``: everyone knows everyone."""
+        """With a ``detector``: each node's seeds, whose records it holds when it
+        starts (tried again while down); everyone else it learns from the
+        membership records the machines spread.  ``None``: everyone knows
+        everyone from the start."""
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
@@ -225,9 +226,9 @@ class Simulation:
     # ------------------------------------------------------------- scheduling
 
     _ACTION, _ARRIVE, _NOTIFY, _PROCESS = 0, 1, 2, 3
-    _TIMER, _CONTROL, _HINT = 4, 5, 6
+    _TIMER, _CONTROL, _HINT, _SEED = 4, 5, 6, 7
     """Detector events (with ``detector``): a machine's timer, a control message
-    arriving, a refused connection's hint reaching the sender."""
+    arriving, a refused connection's hint reaching the sender, a seed to try again."""
 
     def _push(self, time: float, kind: int, item: object) -> None:
         self._heap.push((time, self._seq, kind, item))
@@ -750,8 +751,8 @@ class _Membership:
 
     def start(self) -> None:
         """Every node knows every other at incarnation 0, or (with introductions)
-        the nodes it was introduced to, whom it sends its record at once (as a
-        seed exchange does); rounds start at a random phase."""
+        only its seeds, and sends them its records at once (a seed exchange);
+        rounds start at a random phase."""
         sim = self.sim
         intro = sim.introductions
         for n in sim.ids:
@@ -764,20 +765,31 @@ class _Membership:
             for n in sim.ids:
                 self._introduce(n, intro.get(n, ()))
 
-    def _introduce(self, node: int, known: Iterable[int]) -> None:
-        """``node`` holds the records of ``known`` and sends each its own."""
+    def _introduce(self, node: int, seeds: Iterable[int]) -> None:
+        """``node`` holds its seeds' records (as mDNS or a first exchange would
+        give them) and sends each its own records, asking for theirs; again
+        every two rounds while a seed is down (:meth:`_retry_seed`), as the
+        runtime retries its seeds."""
         sim = self.sim
         m = sim.machines[node]
         m.record = _record(node, sim.incarnation[node])
         out: list[Any] = []
-        for k in sorted(set(known) - {node}):
+        for k in sorted(set(seeds) - {node}):
             if k not in sim.nodes:
                 raise P2PError(f"node {node} is introduced to unknown node {k}")
-            inc = sim.incarnation[k]
-            m.add_peer(*_verify(_record(k, inc)), sim.now)  # nothing subscribed yet
+            m.add_peer(*_verify(_record(k, sim.incarnation[k])), sim.now)  # nothing subscribed yet
             out += m.introduce(k)
         self._carry_out(node, sim.now, out)
         self._arm(node)
+
+    def _retry_seed(self, src: int, dest: int, msg: object) -> None:
+        """An introduction from ``src`` to its seed ``dest`` was refused (the
+        seed is down): try again in two rounds."""
+        sim = self.sim
+        seeds = (sim.introductions or {}).get(src, ())
+        if type(msg) is SendExchange and msg.reply and dest in seeds and src not in sim.down:
+            item = (src, sim.incarnation[src], dest)
+            self._push(sim.now + 2 * self.cfg.interval, sim._SEED, item)
 
     def _install(self, node: int, m: NodeMachine) -> None:
         self.sim.machines[node] = m
@@ -835,12 +847,18 @@ class _Membership:
             if dest in sim.down or life != sim.incarnation[dest]:
                 self.counts["control_lost"] += 1
                 self.refused(src, dest, life)
+                self._retry_seed(src, dest, msg)
             else:
                 self._input(dest, sim._CONTROL, (src, msg))
         else:
             node, life, about = cast(tuple[int, int, int], item)
-            if node not in sim.down and life == sim.incarnation[node]:
+            if node in sim.down or life != sim.incarnation[node]:
+                return
+            if kind == sim._HINT:
                 self._input(node, sim._HINT, (about,))
+            else:  # a seed that refused the last try: try again
+                self._carry_out(node, sim.now, sim.machines[node].introduce(about))
+                self._arm(node)
 
     def hint(self, node: int, about: int) -> None:
         """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
