@@ -379,3 +379,25 @@ def test_a_node_told_of_a_subscriber_it_never_met_also_learns_it_died() -> None:
         sim.schedule(time, action, node, topic)
     run_checked(sim)  # the view check failed here
     assert sim.machines[x].dead.get(y) == 0
+
+
+def test_a_publication_is_owed_to_the_subscribers_its_publisher_knew() -> None:
+    """Found by the one-way property with address-only seeds (3 nodes, all at
+    t = 0): node 1 knows nobody yet and confirms its subscription at once;
+    node 0 publishes before it has heard of node 1.  The publish line carries
+    node 0's view, so the checks do not owe node 1 that publication; a
+    subscriber that is in the view and misses it still fails them."""
+    sim = Simulation([0, 1, 2], seed=0, detector=FAST, introductions={1: [0], 2: [0]})
+    for action in ("SUB", "UNS", "SUB", "PUB"):
+        sim.schedule(0.0, action, 0, "t", b"early")
+    sim.schedule(0.0, "SUB", 1, "t")
+    sim.schedule(9000.0, "PUB", 0, "t", b"late")
+    run_checked(sim)
+    pubs = [e for e in sim.recorder.trace if e.event == "publish"]
+    assert pubs[0].view == (0,)  # node 0 knew no other subscriber yet
+    assert pubs[-1].view == (0, 1)
+    late = [e for e in sim.recorder.trace if e.event == "deliver" and e.seq == pubs[-1].seq]
+    assert {e.node for e in late} == {0, 1}
+    trace = [e for e in sim.recorder.trace if not (e in late and e.node == 1)]
+    found = check_trace(trace, quiescent=True)
+    assert [v.kind for v in found] == ["liveness"]

@@ -46,7 +46,10 @@ Liveness (only with ``quiescent=True``, when the run is over):
     publication ``m`` on ``t`` and that is still subscribed at the end
     delivered ``m``, if ``m`` is *required*: its publisher did not crash
     after publishing it (validity), or a node that is up at the end delivered
-    it (agreement);
+    it (agreement).  With partial membership (a ``publish`` line that carries
+    the publisher's ``view``) ``m`` is owed only to the subscribers in it: a
+    node cannot send to a subscriber it has not heard of yet, and the views
+    are checked to converge instead (``check_views``);
 ``own``
     every publisher that is up at the end delivered its own publications.
 
@@ -131,6 +134,8 @@ class _Publication:
     past: Frontier
     life: int = 0
     """The publisher's incarnation count when it published (see ``_Node.life``)."""
+    view: frozenset[int] | None = None
+    """The subscribers the publisher knew of, if the trace says (partial membership)."""
 
 
 @dataclass(slots=True)
@@ -377,7 +382,8 @@ class TraceChecker:
             self._report("malformed", ev, f"publication id ({ev.source}, {ev.seq}) reused")
             return []
         known = node.known.setdefault(ev.topic, {})
-        self._pubs[key] = _Publication(ev.time, ev.node, dict(known), node.life)
+        view = None if ev.view is None else frozenset(ev.view)
+        self._pubs[key] = _Publication(ev.time, ev.node, dict(known), node.life, view)
         self._pub_topic[(ev.source, ev.seq)] = ev.topic
         known[(ev.source, node.life)] = ev.seq
         node.cause.setdefault(ev.topic, {})[(ev.source, node.life)] = (ev.source, ev.seq)
@@ -477,7 +483,8 @@ class TraceChecker:
 
     def _liveness(self) -> list[Violation]:
         out: list[Violation] = []
-        by_topic: dict[str, list[tuple[float, int, int, int]]] = defaultdict(list)
+        by_topic: dict[str, list[tuple[float, int, int, int, frozenset[int] | None]]]
+        by_topic = defaultdict(list)
         held_by_up: dict[str, set[tuple[int, int]]] = defaultdict(set)
         for node in self._nodes.values():
             if node.up:
@@ -487,13 +494,13 @@ class TraceChecker:
             publisher = self._nodes[pub.publisher]
             if pub.life in publisher.crashed and (src, seq) not in held_by_up[topic]:
                 continue  # died with its publisher and no correct node has it
-            by_topic[topic].append((pub.time, src, seq, pub.publisher))
+            by_topic[topic].append((pub.time, src, seq, pub.publisher, pub.view))
             if pub.life == publisher.life and (src, seq) not in publisher.delivered_on[topic]:
                 out.append(
                     Violation("own", pub.publisher, topic, f"did not deliver own ({src}, {seq})")
                 )
         for pubs in by_topic.values():
-            pubs.sort()
+            pubs.sort(key=lambda p: p[:4])
         for n, node in sorted(self._nodes.items()):
             for topic, periods in sorted(node.periods.items()):
                 cur = periods[-1]
@@ -502,8 +509,11 @@ class TraceChecker:
                 got = node.delivered_on[topic]
                 missing = [
                     (src, seq)
-                    for time, src, seq, publisher in by_topic.get(topic, ())
-                    if time > cur.confirmed and publisher != n and (src, seq) not in got
+                    for time, src, seq, publisher, view in by_topic.get(topic, ())
+                    if time > cur.confirmed
+                    and publisher != n
+                    and (view is None or n in view)
+                    and (src, seq) not in got
                 ]
                 if missing:
                     shown = ", ".join(map(str, missing[:8]))

@@ -200,10 +200,11 @@ class Simulation:
         if introductions is not None and detector is None:
             raise P2PError("introductions need the failure detector (detector=...)")
         self.introductions = introductions
-        """With a ``detector``: each node's seeds, whose records it holds when it
-        starts (tried again while down); everyone else it learns from the
-        membership records the machines spread.  ``None``: everyone knows
-        everyone from the start."""
+        """With a ``detector``: each node's seeds, whose addresses it knows when
+        it starts (``--seed``; tried again while down); everyone else it learns
+        from the membership records the machines spread.  ``None``: everyone
+        knows everyone from the start.  With partial membership, the trace's
+        ``publish`` lines carry the publisher's view (see ``p2p.sim._checks``)."""
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
@@ -606,7 +607,7 @@ class Simulation:
             elif isinstance(o, Received):
                 rec.received(at, node, o.topic, o.id, o.relay)
             elif isinstance(o, Published):
-                rec.published(at, node, o.topic, o.id)
+                rec.published(at, node, o.topic, o.id, self._view_of(node, o.topic))
             elif isinstance(o, Subscribed):
                 rec.subscribed(at, node, o.topic)
             elif isinstance(o, RoundAcked):
@@ -619,6 +620,13 @@ class Simulation:
                 listener(self, node, at, o)
         if sends:
             self._ship(node, ready, sends)
+
+    def _view_of(self, node: int, topic: str) -> frozenset[int] | None:
+        """With partial membership (``introductions``): the subscribers ``node``
+        knows of on ``topic``, which the trace records with its publication."""
+        if self.introductions is None:
+            return None
+        return cast(VCubePS, self.nodes[node]).view(topic)
 
     def _ship(self, src: int, ready: float, sends: list[Send]) -> None:
         """Turn one step's sends into link packets (the per-link outbox).
@@ -766,10 +774,9 @@ class _Membership:
                 self._introduce(n, intro.get(n, ()))
 
     def _introduce(self, node: int, seeds: Iterable[int]) -> None:
-        """``node`` holds its seeds' records (as mDNS or a first exchange would
-        give them) and sends each its own records, asking for theirs; again
-        every two rounds while a seed is down (:meth:`_retry_seed`), as the
-        runtime retries its seeds."""
+        """``node`` knows only its seeds' addresses (``p2p node --seed``): it
+        sends each its records and asks for theirs, again every two rounds
+        while a seed is down (:meth:`_retry_seed`), as the runtime retries."""
         sim = self.sim
         m = sim.machines[node]
         m.record = _record(node, sim.incarnation[node])
@@ -777,7 +784,6 @@ class _Membership:
         for k in sorted(set(seeds) - {node}):
             if k not in sim.nodes:
                 raise P2PError(f"node {node} is introduced to unknown node {k}")
-            m.add_peer(*_verify(_record(k, sim.incarnation[k])), sim.now)  # nothing subscribed yet
             out += m.introduce(k)
         self._carry_out(node, sim.now, out)
         self._arm(node)

@@ -25,9 +25,13 @@ class TraceEvent:
     topic: str
     source: int | None
     seq: int | None
+    view: tuple[int, ...] | None = None
+    """On a ``publish`` only, when the run has partial membership: the
+    subscribers in the publisher's view as it published (scenario indices).
+    A publication is owed to those only (the trace checks' validity)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "time": self.time,
             "node": self.node,
             "event": self.event,
@@ -35,6 +39,9 @@ class TraceEvent:
             "source": self.source,
             "seq": self.seq,
         }
+        if self.view is not None:
+            out["view"] = list(self.view)
+        return out
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
@@ -125,9 +132,18 @@ class Recorder:
     def refused(self, time: float, node: int, action: str, topic: str, why: str) -> None:
         self.refusals.append((time, self.index[node], action, topic, why))
 
-    def published(self, time: float, node: int, topic: str, mid: MsgId) -> None:
+    def published(
+        self, time: float, node: int, topic: str, mid: MsgId, view: frozenset[int] | None = None
+    ) -> None:
         self.publish_time[mid] = time
-        self._add(time, node, "publish", topic, mid)
+        if view is None or not self.record_trace:
+            self._add(time, node, "publish", topic, mid)
+            return
+        index = self.index
+        seen = tuple(sorted(index[n] for n in view))
+        self.trace.append(
+            TraceEvent(time, index[node], "publish", topic, index[mid.source], mid.seq, seen)
+        )
 
     def subscribed(self, time: float, node: int, topic: str) -> None:
         called = self.subscribe_called.pop((node, topic), None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ EVENTS = frozenset(
     {"subscribe", "subscribed", "unsubscribe", "publish", "deliver", "crash", "recover"}
 )
 MAX_LINE = 1 << 20
+MAX_VIEW = 1 << 16
 
 
 class TraceFileError(P2PError, ValueError):
@@ -43,6 +44,7 @@ class _Line:
     source: int | None
     seq: int | None
     inc: int | None
+    view: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -104,7 +106,22 @@ def _parse(obj: Any, names: dict[int, str]) -> _Line:
     seq = _opt_int(obj, "seq")
     if event in ("publish", "deliver") and (source is None or seq is None):
         raise ValueError(f"{event} needs source and seq")
-    return _Line(float(time), node, event, topic, source, seq, _opt_int(obj, "inc"))
+    view = _view(obj.get("view"), names)
+    return _Line(float(time), node, event, topic, source, seq, _opt_int(obj, "inc"), view)
+
+
+def _view(value: Any, names: dict[int, str]) -> tuple[int, ...] | None:
+    """A publication's ``view``: the subscriber ids its publisher knew of."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_VIEW:
+        raise ValueError(f"view must be a list of at most {MAX_VIEW} node ids")
+    out = []
+    for item in value:
+        node, label = _node_id(item, "view entry")
+        names.setdefault(node, label)
+        out.append(node)
+    return tuple(out)
 
 
 def _read(path: Path, names: dict[int, str]) -> list[_Line]:
@@ -148,7 +165,8 @@ def _restarts(lines: Sequence[_Line]) -> list[TraceEvent]:
                 out.append(TraceEvent(line.time, line.node, "crash", "", line.node, None))
                 out.append(TraceEvent(line.time, line.node, "recover", "", line.node, None))
             current = line.inc
-        out.append(TraceEvent(line.time, line.node, line.event, line.topic, line.source, line.seq))
+        event = TraceEvent(line.time, line.node, line.event, line.topic, line.source, line.seq)
+        out.append(event if line.view is None else replace(event, view=line.view))
     return out
 
 
@@ -190,6 +208,7 @@ def _renumber(result: LoadedTraces) -> None:
             e.topic,
             None if e.source is None else index[e.source],
             e.seq,
+            None if e.view is None else tuple(index[n] for n in e.view),
         )
         for e in result.events
     ]
