@@ -808,6 +808,10 @@ class Node:
         """The VCube-PS core of this node's current incarnation."""
         return self.machine.core
 
+    def core_view(self, topic: str) -> frozenset[int]:
+        """The subscribers of ``topic`` this node knows of (itself included)."""
+        return self.machine.core.view(topic)
+
     @property
     def incarnation(self) -> int:
         """This process's incarnation (``p2p._liveness``), signed into its record."""

@@ -33,6 +33,7 @@ import resource
 import socket
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -201,6 +202,9 @@ class _Trace:
     def __init__(self, fh: IO[str] | None, node: list[int]) -> None:
         self.fh = fh
         self.node = node
+        self.view_of: Callable[[str], frozenset[int]] | None = None
+        """The node's subscribers of a topic: a ``publish`` line carries them
+        (``view``), so ``p2p check`` owes the publication to those only."""
 
     def __call__(
         self, event: str, topic: str, source: int | None, seq: int | None, inc: int
@@ -216,6 +220,8 @@ class _Trace:
             "seq": seq,
             "inc": inc,
         }
+        if event == "publish" and self.view_of is not None:
+            line["view"] = [f"{n:016x}" for n in sorted(self.view_of(topic))]
         self.fh.write(json.dumps(line, separators=(",", ":")) + "\n")
         self.fh.flush()
 
@@ -248,6 +254,7 @@ async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) ->
     counts = {"delivered": 0}
     async with graceful(args.duration) as stop, open_node(args.identity, cfg, trace=trace) as node:
         me[0] = node.id
+        trace.view_of = node.core_view
         stats = node.stats
         with stop.scope:
             await _node_body(node, args, counts)

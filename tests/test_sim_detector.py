@@ -401,3 +401,42 @@ def test_a_publication_is_owed_to_the_subscribers_its_publisher_knew() -> None:
     trace = [e for e in sim.recorder.trace if not (e in late and e.node == 1)]
     found = check_trace(trace, quiescent=True)
     assert [v.kind for v in found] == ["liveness"]
+
+
+def test_an_old_lifes_entry_owes_the_new_life_nothing() -> None:
+    """Found by the one-way property (seed 0): X crashes at 3430.8 and
+    recovers at 4255, then subscribes at 4386.1 knowing nobody; P, whose view
+    still lists X's old subscription, publishes at 4403.2.  That entry owes
+    X's new life nothing: a publish line's view names current incarnations
+    only (before, the checks wanted the publication at X)."""
+    ids = [
+        0,
+        11_400_714_819_323_198_485,
+        4_354_685_564_936_845_354,
+        15_755_400_384_260_043_839,
+        8_709_371_129_873_690_708,
+        1171,
+        1_663_341_875_487_337_577,
+        8983,
+        39585757,
+    ]
+    x, p = ids[2], ids[8]
+    script = [(0.0, a, 0, "t") for a in ["SUB", "UNS"] * 19 + ["SUB"]]
+    script += [(0.0, "SUB", n, "t") for n in (x, ids[4], ids[3], ids[5])]
+    script += [
+        (1276.8, "UNS", 0, "t"),
+        (2174.1, "SUB", 0, "t"),
+        (2648.1, "UNS", 0, "t"),
+        (2906.4, "SUB", p, "t"),
+        (3189.1, "SUB", 0, "t"),
+        (3220.3, "PUB", p, "t"),
+        (3430.8, "CRASH", x, ""),
+        (4255.0, "RECOVER", x, ""),
+        (4386.1, "SUB", x, "t"),
+        (4403.2, "PUB", p, "t"),
+    ]
+    sim = Simulation(ids, seed=0, detector=FAST, introductions={k: [0] for k in ids[1:]})
+    for time, action, node, topic in sorted(script, key=lambda a: a[0]):
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    run_checked(sim)
+    assert sim.membership_metrics()["converged"] is True

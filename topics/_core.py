@@ -450,6 +450,14 @@ class VCubePS:
         state = self._topics.get(topic)
         return frozenset(state.subscribers()) if state else frozenset()
 
+    def subscriber_incarnations(self, topic: str) -> dict[int, int]:
+        """The subscribers of ``topic`` this node knows of, with the incarnation
+        each subscribed as (a subscriber's older life may still be listed)."""
+        state = self._topics.get(topic)
+        if state is None:
+            return {}
+        return {n: e.incarnation for n, e in state.view.items() if e.subscribed}
+
     def barrier(self, topic: str) -> CausalBarrier:
         """The causal barrier the next publication on ``topic`` would carry."""
         return self._topic(topic).barrier

@@ -623,10 +623,13 @@ class Simulation:
 
     def _view_of(self, node: int, topic: str) -> frozenset[int] | None:
         """With partial membership (``introductions``): the subscribers ``node``
-        knows of on ``topic``, which the trace records with its publication."""
+        knows of on ``topic`` as their current incarnation (an entry of an
+        older life owes the new one nothing), for the trace's publication."""
         if self.introductions is None:
             return None
-        return cast(VCubePS, self.nodes[node]).view(topic)
+        entries = cast(VCubePS, self.nodes[node]).subscriber_incarnations(topic)
+        life = self.incarnation
+        return frozenset(n for n, inc in entries.items() if inc == life[n])
 
     def _ship(self, src: int, ready: float, sends: list[Send]) -> None:
         """Turn one step's sends into link packets (the per-link outbox).
