@@ -73,6 +73,7 @@ from typing import IO, Any
 from bench import _preauth as preauth
 from bench._common import ROOT, machine
 from bench._runtime_workers import PAYLOAD_SIZE, PROFILE_ENV, TOPIC, Spec
+from p2p._stats import percentile_of
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
@@ -475,11 +476,8 @@ def measure_idle(g: Group, settle: float, seconds: float) -> dict[str, Any]:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (``q`` in 0..100); 0 when empty."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))])
+    """Nearest-rank percentile of ``values`` (``q`` in 0..100, ``p2p._stats``); 0 when empty."""
+    return float(percentile_of(sorted(values), q)) if values else 0.0
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:

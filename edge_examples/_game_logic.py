@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from p2p._stats import percentile_of
+
 # ------------------------------------------------------------------ the map
 
 
@@ -573,8 +575,7 @@ TARGETS = ((150.0, 0.95), (200.0, 0.99))
 
 def percentile(ordered: Sequence[int], q: float) -> int:
     """Nearest-rank ``q``-th percentile (0 < q <= 100) of an ascending, non-empty list."""
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
+    return percentile_of(ordered, q)
 
 
 def latency_summary(latencies_us: Iterable[int]) -> dict[str, Any]:

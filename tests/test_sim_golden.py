@@ -75,15 +75,17 @@ def _churn(seed: int, *, recover: bool) -> tuple[Simulation, int]:
 
 
 GOLDEN: dict[str, tuple[dict[str, int], int, str]] = {
-    "causal-broadcast/on/32": ({"MSG": 942}, 1024, "e6dd1f5064c1b516"),
-    "churn/crash": ({"ACK": 1016, "PUB": 308, "SUB": 696, "UNS": 72}, 359, "c6dc32c75514c6df"),
-    "churn/recover": ({"ACK": 2085, "PUB": 726, "SUB": 1102, "UNS": 349}, 431, "0d645c8f46a2d457"),
-    "srpt/on/32": ({"PUB": 1007}, 1024, "7b34400e17a67383"),
-    "vcube-ps/causal/40": ({"ACK": 1560, "PUB": 1560}, 1600, "8fc174324fe72fd8"),
-    "vcube-ps/off/40": ({"ACK": 1560, "PUB": 1560}, 1600, "328be25731cb5a1a"),
-    "vcube-ps/on/64": ({"ACK": 4032, "PUB": 4032}, 4096, "3480bffedf523b1d"),
+    "causal-broadcast/on/32": ({"MSG": 942}, 1024, "19bde0cf4617be08"),
+    "churn/crash": ({"ACK": 1016, "PUB": 308, "SUB": 696, "UNS": 72}, 359, "73837dc2042f6613"),
+    "churn/recover": ({"ACK": 2085, "PUB": 726, "SUB": 1102, "UNS": 349}, 431, "51403f9910dad110"),
+    "srpt/on/32": ({"PUB": 1007}, 1024, "777f0254701f1466"),
+    "vcube-ps/causal/40": ({"ACK": 1560, "PUB": 1560}, 1600, "47517f2d93e3c946"),
+    "vcube-ps/off/40": ({"ACK": 1560, "PUB": 1560}, 1600, "96015e6ae7648fc3"),
+    "vcube-ps/on/64": ({"ACK": 4032, "PUB": 4032}, 4096, "20ab05c3ea00440d"),
 }
-"""case -> (packets by kind, deliveries, digest)."""
+"""case -> (packets by kind, deliveries, digest).  The digests were renewed once,
+when the metrics' percentiles moved to the nearest-rank rule (``p2p._stats``):
+with the old rule swapped back in, every run still gives the old digests."""
 
 
 CASES = {

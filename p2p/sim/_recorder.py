@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from causal import MessageSet, MsgId
+from p2p._stats import percentile_of
 from p2p.sim._frames import Frame, frame_ids
 from topics import PubRound
 
@@ -45,20 +46,17 @@ class TraceEvent:
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
-    """count, mean, p50, p95, p99 and max of ``values`` (zeros when empty)."""
+    """count, mean, p50, p95, p99 (nearest rank, ``p2p._stats``) and max of
+    ``values`` (zeros when empty)."""
     if not values:
         return {"count": 0, "mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
     ordered = sorted(values)
-
-    def pct(p: float) -> float:
-        return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
     return {
         "count": len(ordered),
         "mean": statistics.fmean(ordered),
-        "p50": pct(0.50),
-        "p95": pct(0.95),
-        "p99": pct(0.99),
+        "p50": percentile_of(ordered, 50),
+        "p95": percentile_of(ordered, 95),
+        "p99": percentile_of(ordered, 99),
         "max": ordered[-1],
     }
 

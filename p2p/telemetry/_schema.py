@@ -56,6 +56,7 @@ from typing import Any, Final
 import cbor2
 
 from p2p._errors import P2PError
+from p2p._stats import nearest_rank
 
 SCHEMA_VERSION: Final = 1
 
@@ -138,7 +139,7 @@ def percentile(hist: Sequence[int], q: float) -> float | None:
     total = sum(hist)
     if total == 0:
         return None
-    rank = max(1, math.ceil(q * total))
+    rank = nearest_rank(total, q * 100)
     seen = 0
     for i, count in enumerate(hist):
         seen += count
