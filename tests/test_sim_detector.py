@@ -440,3 +440,60 @@ def test_an_old_lifes_entry_owes_the_new_life_nothing() -> None:
         sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
     run_checked(sim)
     assert sim.membership_metrics()["converged"] is True
+
+
+def test_a_restarted_subscriber_does_not_wait_for_a_round_that_never_came() -> None:
+    """Found by the one-way property under the verify profile (seed 24058):
+    node 6227020801 crashes at 3370 and recovers at 4224; a round of source
+    39585757 still waiting for its old life is repaired through the new one
+    (a relay), so the new life holds seq 2; the next round (seq 3) never went
+    there; the announce bound says 4.  Starting the stream at the held seq 2
+    waited for seq 3 forever (seq 4 held back for good).  A stream now starts
+    below the bound only at a held run that reaches it (``_held_through``)."""
+    ids = [179, 252706780377, 6227020801, 617, 209290636, 1171, 6372, 8983, 39585757]
+    script = [
+        (0.0, "SUB", 179, "t"),
+        (0.0, "UNS", 179, "t"),
+        (0.0, "SUB", 179, "t"),
+        (0.0, "UNS", 179, "t"),
+        (0.0, "CRASH", 617, ""),
+        (0.0, "SUB", 1171, "t"),
+        (0.0, "SUB", 8983, "t"),
+        (0.0, "RECOVER", 617, ""),
+        (0.0, "SUB", 617, "t"),
+        (0.0, "UNS", 617, "t"),
+        (0.0, "UNS", 8983, "t"),
+        (0.3, "SUB", 179, "t"),
+        (38.3, "SUB", 6227020801, "t"),
+        (84.4, "SUB", 6372, "t"),
+        (148.2, "SUB", 39585757, "t"),
+        (240.4, "PUB", 39585757, "t"),
+        (270.1, "SUB", 617, "t"),
+        (711.0, "CRASH", 6372, ""),
+        (949.5, "CRASH", 617, ""),
+        (1276.8, "RECOVER", 6372, ""),
+        (1617.3, "PUB", 179, "t"),
+        (1652.9, "PUB", 1171, "t"),
+        (1948.3, "UNS", 179, "t"),
+        (2042.6, "SUB", 8983, "t"),
+        (2127.9, "RECOVER", 617, ""),
+        (2174.1, "CRASH", 8983, ""),
+        (2226.9, "PUB", 6227020801, "t"),
+        (2283.2, "UNS", 1171, "t"),
+        (2906.4, "PUB", 39585757, "t"),
+        (3189.1, "CRASH", 617, ""),
+        (3370.0, "CRASH", 6227020801, ""),
+        (3427.0, "RECOVER", 8983, ""),
+        (3621.0, "PUB", 39585757, "t"),
+        (4224.0, "RECOVER", 6227020801, ""),
+        (4386.1, "SUB", 6227020801, "t"),
+        (4796.1, "PUB", 39585757, "t"),
+        (6000.0, "SUB", 179, "t"),
+    ]
+    intro = {k: [179] for k in ids[1:]}
+    intro[179] = [179, 617, 6227020801]
+    sim = Simulation(ids, seed=24058, detector=FAST, introductions=intro)
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    run_checked(sim)
+    assert sim.membership_metrics()["converged"] is True

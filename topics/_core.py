@@ -372,6 +372,19 @@ def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
         state.bounds[key] = max(state.bounds.get(key, 0), first)
 
 
+def _held_through(state: _Topic, oldest: PubMessage, bound: int) -> bool:
+    """Whether every publication of ``oldest``'s stream from it up to ``bound - 1``
+    is held here: only then can the stream start at ``oldest`` below a
+    newcomer's announce bound.  A gap means the held ones came another way (a
+    round repaired through this node as a relay, after a restart) and the
+    gap's rounds never came here: starting there would wait for them forever."""
+    src, inc = oldest.id.source, oldest.id.incarnation
+    seqs = {
+        m.id.seq for m in state.buffer.items() if m.id.source == src and m.id.incarnation == inc
+    }
+    return all(s in seqs for s in range(oldest.id.seq, bound))
+
+
 def _oldest_held(state: _Topic, node: int, inc: int, below: int | None = None) -> PubMessage | None:
     """The oldest publication of stream ``(node, inc)`` held here (below ``below``)."""
     held = [m for m in state.buffer.items() if m.id.source == node
@@ -1315,7 +1328,7 @@ class VCubePS:
             if (node, inc) in state.bounds:
                 continue
             oldest = _oldest_held(state, node, inc, below=first)
-            if oldest is not None:
+            if oldest is not None and _held_through(state, oldest, first):
                 ready.extend(self._start_stream_at(state, oldest))
             else:
                 state.bounds[(node, inc)] = first

@@ -31,6 +31,7 @@ from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames,
 from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder, summarize
 from topics import (
+    Ack,
     Delivered,
     Dropped,
     Event,
@@ -38,12 +39,15 @@ from topics import (
     LocalProtocolError,
     Output,
     Published,
+    PubRound,
     PubSubConfig,
     Received,
     RoundAcked,
     Send,
     SRPTNode,
+    Sub,
     Subscribed,
+    Uns,
     VCubePS,
 )
 from topics._core import preset_view
@@ -490,7 +494,11 @@ class Simulation:
         """The core takes the packet's parts in order; results appear at ``done``."""
         self.recorder.arrived(dest, packet, sender, done)
         if self.machines:
-            self.machines[dest].heard.setdefault(sender, None)  # data is a sign of life
+            m = self.machines[dest]
+            m.heard.setdefault(sender, None)  # data is a sign of life
+            if sender in m.dead and sender not in m.alive:
+                assert self._members is not None
+                self._members.restart_seen(dest, sender, packet, done)
         core = self.nodes[dest]
         out: list[Output] = []
         for part in packet.parts:
@@ -868,6 +876,18 @@ class _Membership:
             else:  # a seed that refused the last try: try again
                 self._carry_out(node, sim.now, sim.machines[node].introduce(about))
                 self._arm(node)
+
+    def restart_seen(self, node: int, sender: int, packet: Frame, at: float) -> None:
+        """Core packets from ``sender``, which ``node`` believes crashed: a round
+        they start names a newer incarnation, learnt before the packets reach
+        the core, as the runtime does (``NodeMachine.restarted_by``)."""
+        incs = [
+            p.round.incarnation
+            for p in packet.parts
+            if isinstance(p, PubRound | Sub | Uns | Ack) and p.round.source == sender
+        ]
+        if incs:
+            self._carry_out(node, at, self.sim.machines[node].restarted_by(sender, incs, at))
 
     def hint(self, node: int, about: int) -> None:
         """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
