@@ -31,7 +31,6 @@ from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames,
 from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder, summarize
 from topics import (
-    Ack,
     Delivered,
     Dropped,
     Event,
@@ -39,15 +38,12 @@ from topics import (
     LocalProtocolError,
     Output,
     Published,
-    PubRound,
     PubSubConfig,
     Received,
     RoundAcked,
     Send,
     SRPTNode,
-    Sub,
     Subscribed,
-    Uns,
     VCubePS,
 )
 from topics._core import preset_view
@@ -231,9 +227,10 @@ class Simulation:
     # ------------------------------------------------------------- scheduling
 
     _ACTION, _ARRIVE, _NOTIFY, _PROCESS = 0, 1, 2, 3
-    _TIMER, _CONTROL, _HINT, _SEED = 4, 5, 6, 7
+    _TIMER, _CONTROL, _HINT, _SEED, _SEEN = 4, 5, 6, 7, 8
     """Detector events (with ``detector``): a machine's timer, a control message
-    arriving, a refused connection's hint reaching the sender, a seed to try again."""
+    arriving, a refused connection's hint reaching the sender, a seed to try
+    again, a recovered node's new record seen on discovery."""
 
     def _push(self, time: float, kind: int, item: object) -> None:
         self._heap.push((time, self._seq, kind, item))
@@ -498,7 +495,7 @@ class Simulation:
             m.heard.setdefault(sender, None)  # data is a sign of life
             if sender in m.dead and sender not in m.alive:
                 assert self._members is not None
-                self._members.restart_seen(dest, sender, packet, done)
+                self._members.restart_seen(dest, sender, done)
         core = self.nodes[dest]
         out: list[Output] = []
         for part in packet.parts:
@@ -817,7 +814,9 @@ class _Membership:
 
     def restart(self, node: int) -> None:
         """RECOVER: a new process, a new incarnation, the fleet's records at hand
-        (crashed members included: its detector finds them)."""
+        (crashed members included: its detector finds them).  Everyone knowing
+        everyone models mDNS, so the others see the new record one propagation
+        later (:meth:`_announce`); with introductions it goes to the seeds."""
         sim = self.sim
         old = cast(VCubePS, sim.nodes[node])
         sim.down.discard(node)
@@ -833,6 +832,20 @@ class _Membership:
         self._install(node, m)
         if intro is not None:
             self._introduce(node, intro.get(node, ()))
+        else:
+            self._announce(node, inc)
+
+    def _announce(self, node: int, inc: int) -> None:
+        """Every other node sees ``node``'s record for ``inc`` (its mDNS
+        announcement) one propagation later.  Without it, a node that came
+        back and crashed again before it spoke to anyone was known alive only
+        to nodes that restarted meanwhile (whose records at hand named it),
+        and nobody ever tested that life (found by the detector property)."""
+        sim = self.sim
+        for other in sim.ids:
+            if other != node:
+                item = (other, sim.incarnation[other], node, inc)
+                self._push(sim.now + self._delay(node, other), sim._SEEN, item)
 
     # -------------------------------------------------------------- events --
 
@@ -867,6 +880,11 @@ class _Membership:
                 self._retry_seed(src, dest, msg)
             else:
                 self._input(dest, sim._CONTROL, (src, msg))
+        elif kind == sim._SEEN:
+            node, life, about, inc = cast(tuple[int, int, int, int], item)
+            if node not in sim.down and life == sim.incarnation[node]:
+                self._carry_out(node, sim.now, sim.machines[node].learn(about, inc, sim.now))
+                self._arm(node)
         else:
             node, life, about = cast(tuple[int, int, int], item)
             if node in sim.down or life != sim.incarnation[node]:
@@ -877,17 +895,21 @@ class _Membership:
                 self._carry_out(node, sim.now, sim.machines[node].introduce(about))
                 self._arm(node)
 
-    def restart_seen(self, node: int, sender: int, packet: Frame, at: float) -> None:
-        """Core packets from ``sender``, which ``node`` believes crashed: a round
-        they start names a newer incarnation, learnt before the packets reach
-        the core, as the runtime does (``NodeMachine.restarted_by``)."""
-        incs = [
-            p.round.incarnation
-            for p in packet.parts
-            if isinstance(p, PubRound | Sub | Uns | Ack) and p.round.source == sender
-        ]
-        if incs:
-            self._carry_out(node, at, self.sim.machines[node].restarted_by(sender, incs, at))
+    def restart_seen(self, node: int, sender: int, at: float) -> None:
+        """Core packets from ``sender``, which ``node`` believes crashed: in the
+        runtime the first frame of every connection carries its dialler's
+        record, and a restarted node dials anew, so ``node`` learns the
+        sender's current incarnation before the packets reach its core (a
+        relay's packets too, not only rounds it started: a relayed round
+        from an unknown life was dropped and its ACK wave never completed)."""
+        sim = self.sim
+        m = sim.machines[node]
+        inc = sim.incarnation[sender]
+        if sim.introductions is None:
+            out = m.learn(sender, inc, at)
+        else:
+            _, out = m.add_peer(*_verify(_record(sender, inc)), at)
+        self._carry_out(node, at, out)
 
     def hint(self, node: int, about: int) -> None:
         """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
