@@ -42,36 +42,34 @@ uses the other paths).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Final
+from typing import Any
 
+from p2p.telemetry._columns import (
+    BOOT,
+    CODE,
+    COUNTERS,
+    CPU,
+    DIGEST,
+    END,
+    INT_COLS,
+    KEYS,
+    KIND,
+    NODE,
+    RUN,
+    SEQ,
+    START,
+    TOPIC,
+    TOPIC_LEN,
+    TOPIC_OFF,
+    TOPICS,
+    WINDOW,
+    T,
+)
 from p2p.telemetry._schema import (
     BUCKETS,
     HISTOGRAMS,
     MAX_TOPIC_LEN,
-    NODE_COUNTERS,
-    TOPIC_COUNTERS,
 )
-
-KEYS: Final = (
-    "v", "id", "device", "boot", "seq", "t", "window", "kind",
-    *NODE_COUNTERS, "cpu_s", "topic", *TOPIC_COUNTERS, *HISTOGRAMS,
-)  # fmt: skip
-"""Every key the parser knows; a record's key mask has bit ``i`` for ``KEYS[i]``."""
-START, END, KIND, BOOT, SEQ, TOPIC_OFF, TOPIC_LEN, CODE, DIGEST, COUNTERS = range(10)
-"""Columns of the int array: the record's bytes, kind, boot and seq, its topic's bytes
-and code in the task's topic table, its digest (:meth:`Parser.digest`); from
-``COUNTERS`` on, the node counters (``NODE_COUNTERS`` order) or the topic counters
-(``TOPIC_COUNTERS`` order)."""
-TOPICS: Final = 8192
-"""Topics one task's table holds; a record of a new topic past that takes the exact
-path (correct, slower)."""
-INT_COLS: Final = COUNTERS + len(NODE_COUNTERS)
-T, WINDOW, CPU = range(3)
-"""Columns of the float array."""
-NODE, TOPIC = 0, 1
-"""Values of the ``KIND`` column."""
-RUN: Final = 4096
-"""Records parsed per call at most (the arrays' length)."""
 
 _KERNEL: Any = None
 _TRIED = False

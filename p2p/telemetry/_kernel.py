@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from p2p.telemetry._fast import (
+from p2p.telemetry._columns import (
     BOOT,
     CODE,
     COUNTERS,

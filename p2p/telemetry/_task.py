@@ -14,16 +14,17 @@ from itertools import islice
 from typing import Any
 
 from p2p.telemetry._batch import CHUNK, Checker, check_file
-from p2p.telemetry._fast import BOOT as K_BOOT
-from p2p.telemetry._fast import CODE as K_CODE
-from p2p.telemetry._fast import COUNTERS as K_COUNTERS
-from p2p.telemetry._fast import CPU as K_CPU
-from p2p.telemetry._fast import DIGEST as K_DIGEST
-from p2p.telemetry._fast import KIND as K_KIND
-from p2p.telemetry._fast import NODE as K_NODE
-from p2p.telemetry._fast import RUN, Parser
-from p2p.telemetry._fast import SEQ as K_SEQ
-from p2p.telemetry._fast import WINDOW as K_WINDOW
+from p2p.telemetry._columns import BOOT as K_BOOT
+from p2p.telemetry._columns import CODE as K_CODE
+from p2p.telemetry._columns import COUNTERS as K_COUNTERS
+from p2p.telemetry._columns import CPU as K_CPU
+from p2p.telemetry._columns import DIGEST as K_DIGEST
+from p2p.telemetry._columns import KIND as K_KIND
+from p2p.telemetry._columns import NODE as K_NODE
+from p2p.telemetry._columns import RUN
+from p2p.telemetry._columns import SEQ as K_SEQ
+from p2p.telemetry._columns import WINDOW as K_WINDOW
+from p2p.telemetry._fast import Parser
 from p2p.telemetry._fast import T as K_T
 from p2p.telemetry._fast import available as fast_available
 from p2p.telemetry._listing import LandingFile, classify, scan
