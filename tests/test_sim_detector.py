@@ -497,3 +497,148 @@ def test_a_restarted_subscriber_does_not_wait_for_a_round_that_never_came() -> N
         sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
     run_checked(sim)
     assert sim.membership_metrics()["converged"] is True
+
+
+def test_a_restarted_subscriber_does_not_wait_for_a_stream_that_died_unseen() -> None:
+    """Found by the one-way property in a CI-profile run: node 4 restarts,
+    subscribes knowing nobody (no bound from node 2, which crashed), and later
+    learns that node 2 crashed; node 0's publication names node 2's seq 6 in
+    its barrier.  That stream was never owed here (node 2 never acknowledged
+    the subscription), but nothing retired it after the confirmation, so the
+    publication waited for good (``VCubePS._retire_unbounded``)."""
+    script = [
+        (0.0, "SUB", 2, "t"),
+        (0.0, "SUB", 6, "t"),
+        (0.0, "PUB", 6, "t"),
+        (0.0, "SUB", 4, "t"),
+        (0.0, "SUB", 5, "t"),
+        (0.2, "SUB", 1, "t"),
+        (0.3, "PUB", 2, "t"),
+        (4.0, "PUB", 2, "t"),
+        (45.0, "PUB", 4, "t"),
+        (664.3, "PUB", 4, "t"),
+        (691.1, "PUB", 1, "t"),
+        (790.1, "SUB", 0, "t"),
+        (799.0, "PUB", 6, "t"),
+        (876.2, "SUB", 3, "t"),
+        (1053.3, "PUB", 5, "t"),
+        (1053.3, "PUB", 1, "t"),
+        (1066.1, "PUB", 1, "t"),
+        (1362.9, "PUB", 2, "t"),
+        (1382.7, "PUB", 3, "t"),
+        (1414.7, "PUB", 1, "t"),
+        (2078.1, "PUB", 1, "t"),
+        (2252.3, "UNS", 0, "t"),
+        (2439.4, "SUB", 0, "t"),
+        (2551.5, "PUB", 3, "t"),
+        (2574.5, "PUB", 5, "t"),
+        (2776.2, "PUB", 2, "t"),
+        (2826.3, "UNS", 5, "t"),
+        (3099.8, "PUB", 2, "t"),
+        (3232.3, "PUB", 2, "t"),
+        (3410.0, "SUB", 5, "t"),
+        (3473.4, "PUB", 5, "t"),
+        (3484.4, "PUB", 1, "t"),
+        (4021.4, "CRASH", 2, ""),
+        (4040.6, "UNS", 0, "t"),
+        (4470.8, "SUB", 0, "t"),
+        (4630.1, "CRASH", 4, ""),
+        (4953.5, "PUB", 3, "t"),
+        (4953.5, "PUB", 3, "t"),
+        (5380.3, "RECOVER", 2, ""),
+        (5790.2, "RECOVER", 4, ""),
+        (5904.6, "PUB", 0, "t"),
+        (5948.3, "SUB", 4, "t"),
+    ]
+    hints = [
+        (5295.40433628955, 4, 2),
+        (3962.0726462723683, 2, 4),
+        (0.08, 2, 2),
+        (3275.7334379347494, 1, 3),
+        (0.3, 3, 5),
+        (3306.7262762067207, 3, 5),
+        (5500.364374501213, 3, 5),
+        (1239.3717996626958, 3, 3),
+        (0.3333333333333333, 6, 0),
+        (1387.4329651755274, 2, 1),
+    ]
+    sim = Simulation(
+        list(range(7)),
+        seed=89308,
+        detector=FAST,
+        introductions={1: [0], 2: [0, 3], 3: [0], 4: [0], 5: [0], 6: [0]},
+    )
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    for time, node, about in hints:
+        sim.schedule(time, "HINT", node, str(about))
+    run_checked(sim)
+    assert sim.membership_metrics()["converged"] is True
+
+
+def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
+    """Found by the one-way property (verify profile): the restarted node 0
+    held the seed's round back from a child for a predecessor that its
+    announce bound, arriving later, showed to predate its subscription; the
+    hold was never looked at again and the seed's ACK wave never closed
+    (``VCubePS._unblock_predating``)."""
+    ids = [4360614, 12626084, 50320117, 1, 672, 31340, 844918, 1657176, 16351906609, 0]
+    script = [
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "UNS", 4360614, "t"),
+        (0.0, "SUB", 4360614, "t"),
+        (0.0, "SUB", 12626084, "t"),
+        (0.0, "SUB", 1, "t"),
+        (221.0, "PUB", 12626084, "t"),
+        (312.0, "CRASH", 0, ""),
+        (5079.0, "RECOVER", 0, ""),
+        (5131.0, "SUB", 0, "t"),
+        (5206.0, "PUB", 4360614, "t"),
+    ]
+    sim = Simulation(
+        ids,
+        seed=2810,
+        detector=FAST,
+        introductions={
+            12626084: [4360614],
+            50320117: [4360614],
+            1: [4360614],
+            672: [4360614],
+            31340: [4360614],
+            844918: [4360614],
+            1657176: [4360614],
+            16351906609: [4360614],
+            0: [4360614],
+        },
+    )
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    run_checked(sim)

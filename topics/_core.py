@@ -646,6 +646,7 @@ class VCubePS:
         out = self._release(state, state.buffer.retire_below(op_stream(node), incarnation + 1))
         if state.confirmed:
             out.extend(self._release(state, self._settle_dead_streams(state, node, incarnation)))
+            out.extend(self._release(state, self._retire_unbounded(state, node, incarnation)))
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
         gone = [k for k in state.last_round if _dead_stream(k, node, incarnation)]
         for stream in gone:
@@ -656,6 +657,27 @@ class VCubePS:
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
         return out
+
+    def _retire_unbounded(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
+        """Streams of ``node`` (up to ``incarnation``, now crashed) with no bound
+        and nothing of theirs held here (what is held waits for them, or will):
+        the source never acknowledged this subscription, so none of its
+        publications is owed here (the rule :meth:`_confirm` applies to
+        sources known crashed at confirmation, applied when the crash is
+        learnt later).  Retire them and release what waited; without this a
+        restarted subscriber that learnt of the crash after confirming waited
+        for the dead stream for good (found by the simulator's one-way
+        property)."""
+        released: list[PubMessage] = []
+        if not state.bounds:
+            return released  # a preset subscription: every source knew it from the start
+        if (node, incarnation) not in state.bounds:  # later arrivals too (``_gone``)
+            state.retired[node] = max(state.retired.get(node, -1), incarnation)
+        for inc in state.buffer.waiting_on(node):
+            if inc <= incarnation and (node, inc) not in state.bounds:
+                state.retired[node] = max(state.retired.get(node, -1), inc)
+                released.extend(state.buffer.advance(node, inc, DEAD_BOUND - 1))
+        return released
 
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
         """:meth:`_start_stream_at` for the unbounded streams of ``node`` (up to
@@ -983,6 +1005,25 @@ class VCubePS:
                     work.append(m.id)
                 if not by_id:
                     state.held.pop(child, None)
+
+    def _unblock_predating(self, state: _Topic) -> list[Output]:
+        """Holds whose blocker a bound learnt since shows to predate this
+        subscription: that blocker never comes here (:meth:`_coming` would not
+        count it now), so release what waited on it.  Without this, a
+        restarted subscriber that held a round back from a child before its
+        announce bound arrived kept it held for good, and the source's ACK
+        wave never closed (found by the simulator's one-way property)."""
+        bounds = state.bounds
+        if not state.waiting or not bounds:
+            return []
+        ready: dict[int, list[Packet]] = {}
+        stale = [
+            k for k in state.waiting if k[1].seq < bounds.get((k[1].source, k[1].incarnation), 0)
+        ]
+        for child, d in stale:
+            if (child, d) in state.waiting:  # an earlier release may have taken it
+                self._resolve(state, child, d, ready)
+        return [Send(c, p[0] if len(p) == 1 else Bundle(tuple(p))) for c, p in ready.items()]
 
     def _flush_held(self, state: _Topic) -> list[Output]:
         """Send everything held on ``state`` at once (this node stops relaying knowledge)."""
@@ -1334,6 +1375,7 @@ class VCubePS:
                 state.bounds[(node, inc)] = first
                 ready.extend(state.buffer.advance(node, inc, first - 1))
         out.extend(self._release(state, ready))
+        out.extend(self._unblock_predating(state))
         return out
 
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
