@@ -120,10 +120,6 @@ class CausalBuffer(Generic[T]):
             released.extend(self.advance(s, inc, _RETIRED))
         return released
 
-    def waiting_on(self, stream: int) -> list[int]:
-        """The incarnations of ``stream`` that held items wait for, sorted."""
-        return sorted(inc for s, inc in self._waiters if s == stream)
-
     def items(self) -> list[T]:
         """Items still held, oldest first."""
         return [entry[0] for _, entry in sorted(self._items.items())]  # type: ignore[misc]

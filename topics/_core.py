@@ -646,7 +646,6 @@ class VCubePS:
         out = self._release(state, state.buffer.retire_below(op_stream(node), incarnation + 1))
         if state.confirmed:
             out.extend(self._release(state, self._settle_dead_streams(state, node, incarnation)))
-            out.extend(self._release(state, self._retire_unbounded(state, node, incarnation)))
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
         gone = [k for k in state.last_round if _dead_stream(k, node, incarnation)]
         for stream in gone:
@@ -657,27 +656,6 @@ class VCubePS:
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
         return out
-
-    def _retire_unbounded(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
-        """Streams of ``node`` (up to ``incarnation``, now crashed) with no bound
-        and nothing of theirs held here (what is held waits for them, or will):
-        the source never acknowledged this subscription, so none of its
-        publications is owed here (the rule :meth:`_confirm` applies to
-        sources known crashed at confirmation, applied when the crash is
-        learnt later).  Retire them and release what waited; without this a
-        restarted subscriber that learnt of the crash after confirming waited
-        for the dead stream for good (found by the simulator's one-way
-        property)."""
-        released: list[PubMessage] = []
-        if not state.bounds:
-            return released  # a preset subscription: every source knew it from the start
-        if (node, incarnation) not in state.bounds:  # later arrivals too (``_gone``)
-            state.retired[node] = max(state.retired.get(node, -1), incarnation)
-        for inc in state.buffer.waiting_on(node):
-            if inc <= incarnation and (node, inc) not in state.bounds:
-                state.retired[node] = max(state.retired.get(node, -1), inc)
-                released.extend(state.buffer.advance(node, inc, DEAD_BOUND - 1))
-        return released
 
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
         """:meth:`_start_stream_at` for the unbounded streams of ``node`` (up to
