@@ -18,6 +18,7 @@ import io
 import json
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import given, note, settings
@@ -188,21 +189,32 @@ def _hints(ids: list[int], most: int) -> st.SearchStrategy[list[tuple[float, int
     return st.lists(hint, max_size=most)
 
 
-def _run_faults(
-    sim: Simulation, script: list[tuple[float, str, int, str]], hints: list[tuple[float, int, int]]
+Script = list[tuple[float, str, int, str]]
+
+
+def _replay(
+    sim: Simulation, script: Script, hints: Sequence[tuple[float, int, int]] = ()
 ) -> dict[str, Any]:
     """Run ``script`` and ``hints``: every trace and view check holds and the
     nodes up end agreeing on who is up.  Returns the membership metrics."""
-    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
     for time, action, node, topic in script:
         sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
     for time, node, about in hints:
         sim.schedule(time, "HINT", node, str(about))
     run_checked(sim)
     m = sim.membership_metrics()
-    note(repr(m))
     assert m["converged"] is True, m
     assert m["agreed"] is True, m
+    return m
+
+
+def _run_faults(
+    sim: Simulation, script: Script, hints: list[tuple[float, int, int]]
+) -> dict[str, Any]:
+    """:func:`_replay`, with the failures and the metrics noted for Hypothesis."""
+    note(f"failures: {[s for s in script if s[1] in ('CRASH', 'RECOVER')]}")
+    m = _replay(sim, script, hints)
+    note(repr(m))
     return m
 
 
@@ -375,9 +387,7 @@ def test_a_node_told_of_a_subscriber_it_never_met_also_learns_it_died() -> None:
         (1358.0, "SUB", x, "t"),
     ]
     sim = Simulation(ids, seed=0, detector=FAST, introductions={k: {0} for k in ids[1:]})
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic)
-    run_checked(sim)  # the view check failed here
+    _replay(sim, script)  # the view check failed here
     assert sim.machines[x].dead.get(y) == 0
 
 
@@ -436,10 +446,7 @@ def test_an_old_lifes_entry_owes_the_new_life_nothing() -> None:
         (4403.2, "PUB", p, "t"),
     ]
     sim = Simulation(ids, seed=0, detector=FAST, introductions={k: [0] for k in ids[1:]})
-    for time, action, node, topic in sorted(script, key=lambda a: a[0]):
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    run_checked(sim)
-    assert sim.membership_metrics()["converged"] is True
+    _replay(sim, sorted(script, key=lambda a: a[0]))
 
 
 def test_a_restarted_subscriber_does_not_wait_for_a_round_that_never_came() -> None:
@@ -492,11 +499,7 @@ def test_a_restarted_subscriber_does_not_wait_for_a_round_that_never_came() -> N
     ]
     intro = {k: [179] for k in ids[1:]}
     intro[179] = [179, 617, 6227020801]
-    sim = Simulation(ids, seed=24058, detector=FAST, introductions=intro)
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    run_checked(sim)
-    assert sim.membership_metrics()["converged"] is True
+    _replay(Simulation(ids, seed=24058, detector=FAST, introductions=intro), script)
 
 
 def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
@@ -506,62 +509,16 @@ def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
     hold was never looked at again and the seed's ACK wave never closed
     (``VCubePS._unblock_predating``)."""
     ids = [4360614, 12626084, 50320117, 1, 672, 31340, 844918, 1657176, 16351906609, 0]
-    script = [
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
-        (0.0, "UNS", 4360614, "t"),
-        (0.0, "SUB", 4360614, "t"),
+    seed_node = ids[0]
+    script = [(0.0, a, seed_node, "t") for a in ["SUB", "UNS"] * 15 + ["SUB"]]
+    script += [
         (0.0, "SUB", 12626084, "t"),
         (0.0, "SUB", 1, "t"),
         (221.0, "PUB", 12626084, "t"),
         (312.0, "CRASH", 0, ""),
         (5079.0, "RECOVER", 0, ""),
         (5131.0, "SUB", 0, "t"),
-        (5206.0, "PUB", 4360614, "t"),
+        (5206.0, "PUB", seed_node, "t"),
     ]
-    sim = Simulation(
-        ids,
-        seed=2810,
-        detector=FAST,
-        introductions={
-            12626084: [4360614],
-            50320117: [4360614],
-            1: [4360614],
-            672: [4360614],
-            31340: [4360614],
-            844918: [4360614],
-            1657176: [4360614],
-            16351906609: [4360614],
-            0: [4360614],
-        },
-    )
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    run_checked(sim)
+    intro = {k: [seed_node] for k in ids[1:]}
+    _replay(Simulation(ids, seed=2810, detector=FAST, introductions=intro), script)
