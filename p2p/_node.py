@@ -501,7 +501,7 @@ class _Link:
                 continue
             if self.node.record:  # introduce this node: the peer may not know its address
                 self.outbox.appendleft(PeerExchange((self.node.record,)))
-            forgotten = self.log.reconnected(record_incarnation(peer.record, peer.issued_at))
+            forgotten = self.log.reconnected(_incarnation_of(peer))
             if forgotten:
                 self.node.stats["lost_on_disconnect"] += forgotten
                 log.warning(
@@ -698,8 +698,8 @@ class Node:
             )
 
         def verify(record: bytes) -> tuple[Peer, int]:
-            peer = verified_peer(fleet, record)
-            return peer, record_incarnation(peer.record, peer.issued_at)
+            peer = self.verify(record)
+            return peer, _incarnation_of(peer)
 
         self.machine = NodeMachine(
             self.id,
@@ -713,12 +713,12 @@ class Node:
         this class carries out its outputs and feeds it frames, hints and timers."""
         self._alive = self.machine.alive
         """The machine's own tables, read on hot paths (never assigned here)."""
-        self._seeded: dict[int, tuple[str, int]] = {}
-        """Seeds that received this node's records, by id: one whose own record has
-        not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
         self._incs = self.machine.incs
         self._dead = self.machine.dead
         self._heard = self.machine.heard
+        self._seeded: dict[int, tuple[str, int]] = {}
+        """Seeds that received this node's records, by id: one whose own record has
+        not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
         self.quiet = Quiet(log)
         """Expected network failures: one warning per cause and peer per 10 s."""
         self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
@@ -807,10 +807,6 @@ class Node:
     def core(self) -> VCubePS:
         """The VCube-PS core of this node's current incarnation."""
         return self.machine.core
-
-    def core_view(self, topic: str) -> frozenset[int]:
-        """The subscribers of ``topic`` this node knows of (itself included)."""
-        return self.machine.core.view(topic)
 
     @property
     def incarnation(self) -> int:
@@ -903,8 +899,7 @@ class Node:
         one already known, or than the departure last reported, changes nothing.
         """
         now = trio.current_time()
-        inc = record_incarnation(peer.record, peer.issued_at)
-        new, out = self.machine.add_peer(peer, inc, now)
+        new, out = self.machine.add_peer(peer, _incarnation_of(peer), now)
         link = self._links.get(peer.node_id)
         if new and link is not None:
             link.wake.set()
@@ -1741,6 +1736,11 @@ _ONE_OFF_ERRORS = (
     trio.BrokenResourceError,
 )
 """What a one-off connection (a seed exchange, a leave) may fail with: logged, not raised."""
+
+
+def _incarnation_of(peer: Peer) -> int:
+    """The incarnation ``peer``'s verified record announces (``p2p._liveness``)."""
+    return record_incarnation(peer.record, peer.issued_at)
 
 
 def _why(exc: BaseException) -> str:

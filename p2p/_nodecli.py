@@ -254,7 +254,7 @@ async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) ->
     counts = {"delivered": 0}
     async with graceful(args.duration) as stop, open_node(args.identity, cfg, trace=trace) as node:
         me[0] = node.id
-        trace.view_of = node.core_view
+        trace.view_of = lambda topic: node.core.view(topic)  # the current life's core
         stats = node.stats
         with stop.scope:
             await _node_body(node, args, counts)

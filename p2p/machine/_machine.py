@@ -320,25 +320,30 @@ class NodeMachine:
 
     def left(self, node: int, inc: int, reason: str, now: float) -> Out:
         """``node``'s incarnation ``inc`` leaves (its LEAVE): forgotten, not suspected."""
-        peer = self.peers.pop(node, None) if inc >= self.incs.get(node, 0) else None
-        if peer is not None:
-            self.departed[node] = peer
-        out: Out = []
-        if self.detector is not None:
-            out = self._on_detector(self.detector.leave(node, inc, now), now)
-        return out + self._down(node, inc, reason, now)
+        if inc >= self.incs.get(node, 0):
+            self._depart(node)
+        return self._over(node, inc, inc, reason, now)
 
     def revoke(self, node: int, now: float) -> Out:
         """The fleet revoked ``node``: every incarnation of it, known or not, is over."""
         self.revoked.add(node)
+        self._depart(node)
+        inc = self.incs.get(node, 0)
+        return self._over(node, inc, max(inc, self.dead.get(node, -1) + 1), "revoked", now)
+
+    def _depart(self, node: int) -> None:
+        """Keep ``node``'s record as departed: an older or equal one stays out."""
         peer = self.peers.pop(node, None)
         if peer is not None:
             self.departed[node] = peer
-        inc = self.incs.get(node, 0)
+
+    def _over(self, node: int, inc: int, dead: int, reason: str, now: float) -> Out:
+        """``node`` leaves the detector as ``inc`` (no suspicion) and is over up to
+        ``dead`` for the core."""
         out: Out = []
         if self.detector is not None:
             out = self._on_detector(self.detector.leave(node, inc, now), now)
-        return out + self._down(node, max(inc, self.dead.get(node, -1) + 1), "revoked", now)
+        return out + self._down(node, dead, reason, now)
 
     def crashed(self, node: int, inc: int, now: float) -> Out:
         """An oracle's verdict (the simulator's thesis mode): ``node`` up to ``inc`` crashed."""
@@ -390,7 +395,7 @@ class NodeMachine:
         """Records from ``sender``: learn the verified new ones, answer if asked,
         and pass the news on to this node's VCube neighbours (not back to
         ``sender``), so a join floods the overlay once.  Raises what ``verify``
-        raises on a forged record.  ``stats_learned`` counts the news."""
+        raises on a forged record.  ``records_learned`` counts the news."""
         held = {p.record for p in self.peers.values()}  # known bytes need no check
         out: Out = []
         news = []

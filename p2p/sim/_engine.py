@@ -25,7 +25,14 @@ from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
 from p2p._membership import Peer
 from p2p._wire import Members
-from p2p.machine import MemberDown, NodeMachine, Reincarnated, SendControl, SendExchange
+from p2p.machine import (
+    MachineOutput,
+    MemberDown,
+    NodeMachine,
+    Reincarnated,
+    SendControl,
+    SendExchange,
+)
 from p2p.sim._delay import DelayModel
 from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
 from p2p.sim._queue import Entry, EventQueue
@@ -974,7 +981,7 @@ class _Membership:
                 self._emit(node, start, core_out)  # the old life's last outputs
                 core_out = []
                 self._reincarnated(node, o, start)
-            elif kind.__module__ != "p2p.machine._machine":
+            elif not isinstance(o, MachineOutput):  # the rest of the machine's: nothing to do
                 core_out.append(o)
         self._emit(node, start, core_out)
 
