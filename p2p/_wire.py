@@ -25,6 +25,7 @@ PUB      ``[0, round, topic, [message, ...], dests]``          <= max_round_mess
 SUB      ``[1, round, topic, op]``
 UNS      ``[2, round, topic, op, dests]``
 ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_entries
+         or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...]]`` (``predates``)
 round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
 op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
@@ -406,18 +407,21 @@ def _e_packet(p: Packet) -> bytes:
         return b"\x85\x02" + _e_round(p.round) + _e_topic(p.topic) + _e_op(p.op) + _e_ints(p.dests)
     if isinstance(p, Ack):
         return (
-            b"\x85\x03"
+            (b"\x86\x03" if p.predates else b"\x85\x03")
             + _e_round(p.round)
             + _e_topic(p.topic)
             + _e_array(len(p.view))
             + b"".join(map(_e_op, p.view))
-            + _e_array(len(p.bounds))
-            + b"".join(
-                b"\x83" + _e_int(b.node) + _e_int(b.incarnation) + _e_int(b.first_owned)
-                for b in p.bounds
-            )
+            + _e_bounds(p.bounds)
+            + (_e_bounds(p.predates) if p.predates else b"")
         )
     raise TypeError(f"not a packet: {type(p).__name__}")
+
+
+def _e_bounds(bounds: tuple[Bound, ...]) -> bytes:
+    return _e_array(len(bounds)) + b"".join(
+        b"\x83" + _e_int(b.node) + _e_int(b.incarnation) + _e_int(b.first_owned) for b in bounds
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -899,6 +903,20 @@ def _scan(body: bytes, max_items: int) -> None:
         raise WireError(f"{end - pos} trailing bytes after the body")
 
 
+def _d_bounds(raw: object, what: str, limit: int) -> tuple[Bound, ...]:
+    out = []
+    for b in _array(raw, what, limit=limit):
+        node, inc, first = _array(b, what + "[]", 3)
+        out.append(
+            Bound(
+                _node(node, "bound.node"),
+                _ctr(inc, "bound.incarnation"),
+                _ctr(first, "bound.first_owned"),
+            )
+        )
+    return tuple(out)
+
+
 def _array(v: object, what: str, size: int | None = None, limit: int | None = None) -> list[object]:
     if type(v) is not list:
         raise WireError(f"{what}: expected an array, got {type(v).__name__}")
@@ -1013,20 +1031,15 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
         _, rid, topic, op, dests = _array(raw, "UNS", 5)
         return Uns(_d_round(rid), _d_topic(topic, lim), _d_op(op, "UNS.op"), _d_dests(dests, lim))
     if tag == _ACK:
-        _, rid, topic, view, bounds = _array(raw, "ACK", 5)
+        fields = _array(raw, "ACK", 6 if type(raw) is list and len(raw) == 6 else 5)
+        rid, topic, view, bounds = fields[1:5]
         n = lim.max_view_entries
         entries = tuple(_d_op(e, "ACK.view[]") for e in _array(view, "ACK.view", limit=n))
-        bnds = []
-        for b in _array(bounds, "ACK.bounds", limit=n):
-            node, inc, first = _array(b, "ACK.bounds[]", 3)
-            bnds.append(
-                Bound(
-                    _node(node, "bound.node"),
-                    _ctr(inc, "bound.incarnation"),
-                    _ctr(first, "bound.first_owned"),
-                )
-            )
-        return Ack(_d_round(rid), _d_topic(topic, lim), entries, tuple(bnds))
+        predates = _d_bounds(fields[5], "ACK.predates", n) if len(fields) == 6 else ()
+        if len(fields) == 6 and not predates:  # one encoding per ACK: an empty one is left out
+            raise WireError("ACK.predates: empty (the 5-element form is the encoding)")
+        bnds = _d_bounds(bounds, "ACK.bounds", n)
+        return Ack(_d_round(rid), _d_topic(topic, lim), entries, bnds, predates)
     raise WireError(f"packet: unknown type tag {tag}")
 
 

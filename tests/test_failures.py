@@ -199,6 +199,7 @@ def test_the_checker_catches_a_lost_publication_of_a_correct_publisher() -> None
 
 # Each failed before its fix (the ``verify`` profile found them); see docs/failures.md.
 HI, HI2 = 11_400_714_819_323_198_485, 11_400_714_819_323_198_741
+N2, N3 = 4_354_685_564_936_845_354, 15_755_400_384_260_043_839
 OLDER_OP: Script = [
     (0.0, "SUB", 0, "t0"), (0.0, "SUB", 2, "t0"), (0.0, "SUB", 3, "t0"), (0.0, "CRASH", 3, ""),
     (0.0, "RECOVER", 3, ""), (0.0, "SUB", 3, "t0"), (0.0, "SUB", 4, "t0"), (2.0, "SUB", 1, "t0"),
@@ -302,8 +303,28 @@ FOUND: dict[str, tuple[list[int], Script, float, float]] = {
            (5451.0, "PUB", 7, "t0"), (5732.0, "CRASH", 7, "")],
         1000.0, 500.0,
     ),
+    # A late crash notice.  1 restarts, not yet told that 2 (incarnation 1)
+    # crashed, and subscribes: 2 gives no bound.  1 delivers (0, 7), whose
+    # predecessor (0, 6) predates the subscription (skipped unseen) and follows
+    # 2's (2, 1).  0 then hears of 2's crash and relays 2's last round, (2, 1),
+    # the first publication of a stream with no bound: it was delivered, after
+    # (0, 7) (causal).  Now a stream with no bound delivers only what shows it
+    # is post-subscription (VCubePS._shows_post).
+    "late-crash-notice": (
+        [0, HI, N2, N3],
+        [(0.0, "SUB", HI, "t0"), (0.0, "CRASH", 0, ""), (0.0, "CRASH", N2, ""),
+         (0.0, "RECOVER", 0, ""), (0.0, "RECOVER", N2, ""), (0.0, "SUB", 0, "t0"),
+         (0.0, "SUB", N2, "t0"), (0.0, "SUB", N3, "t0"), (0.0, "PUB", 0, "t0"),
+         (0.0, "PUB", N2, "t0"), (33.0, "UNS", N2, "t0"), (39.0, "SUB", N2, "t0"),
+         (36.0, "CRASH", HI, ""), (37.0, "PUB", 0, "t0"), (37.0, "PUB", 0, "t0"),
+         (39.0, "CRASH", N2, ""), (37.0, "UNS", 0, "t0"), (37.0, "SUB", 0, "t0"),
+         (36.0, "RECOVER", HI, ""), (61.0, "RECOVER", N2, ""), (61.0, "PUB", 0, "t0"),
+         (1077.3938598945751, "SUB", HI, "t0"), (1089.821968932823, "PUB", 0, "t0")],
+        1000.0, 500.0,
+    ),
 }  # fmt: skip
 SETTINGS: dict[str, tuple[int, LinkTable | None]] = {
+    "late-crash-notice": (19, LinkTable(default=1.0, special={}, jitter=0.0)),
     "relayed-older-round": (60, None),
     "restart-frame": (0, None),
     "old-life-round": (893123, None),

@@ -241,6 +241,22 @@ def test_max_size_fields_round_trip() -> None:
     assert decode_packets(body, WireLimits.from_config(cfg)) == seq
 
 
+def test_an_ack_carries_predates_only_when_it_has_some() -> None:
+    """The SUB ACK's ``predates`` is a sixth element, left out when empty, so
+    every ACK has one encoding and a 5-element ACK still decodes."""
+    rid = RoundId(3, 0, 1)
+    with_some = Ack(rid, "t", (), (Bound(1, 0, 4),), (Bound(2, 1, 7),))
+    without = Ack(rid, "t", (), (Bound(1, 0, 4),))
+    assert decode_packets(encode_packets([with_some]), LIMITS) == [with_some]
+    assert decode_packets(encode_packets([without]), LIMITS) == [without]
+    assert len(encode_packets([with_some])) > len(encode_packets([without]))
+    # the same ACK with an empty sixth element is not its encoding: refused
+    raw = cbor2.loads(encode_packets([without]))
+    raw[1][0].append([])
+    with pytest.raises(WireError, match="predates"):
+        decode_packets(cbor2.dumps(raw), LIMITS)
+
+
 def test_from_config() -> None:
     cfg = PubSubConfig(max_topic_len=9, max_payload=99, max_barrier=7, max_view_entries=5)
     lim = WireLimits.from_config(cfg, max_frame=1000)
@@ -523,6 +539,7 @@ def seeds() -> list[bytes]:
         [pub(b"", (MsgId(1 << 63, 3, 1 << 40), MsgId(2, 0, 0)))],
         [Sub(rid, "a/b", op), Uns(rid, "ü", op, (1, 1 << 60))],
         [Ack(rid, "t", (op, ViewEntry(1, 0, 0, False)), (Bound(1, 2, 3),))],
+        [Ack(rid, "t", (op,), (), (Bound(5, 0, 2), Bound(1 << 63, 4, 9)))],
         [Bundle((pub(), Ack(rid, "t"))), Sub(rid, "z", op)],
     ]
     alives = (None, 0, 23, 300, 1 << 40)  # the piggybacked detector version, in each head size

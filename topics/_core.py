@@ -131,6 +131,7 @@ class _Pending:
         "kind",
         "lives",
         "parent",
+        "predates",
         "relayed",
         "replaced",
         "topic",
@@ -168,8 +169,9 @@ class _Pending:
         """An announce's destination (kind SYNC, this node's own round)."""
         self.view: dict[int, ViewEntry] | None = None
         self.bounds: dict[tuple[int, int], int] | None = None
+        self.predates: dict[tuple[int, int], int] | None = None
         if kind in ("SUB", "SYNC"):  # a SYNC: the newcomer's entry and bound (VCubePS.joined)
-            self.view, self.bounds = {}, {}
+            self.view, self.bounds, self.predates = {}, {}, {}
 
     def _packets(self, me: int) -> dict[int, Packet]:
         if self._sent is None:
@@ -248,6 +250,9 @@ class _Topic:
     round_view: dict[int, ViewEntry] = field(default_factory=dict)
     # Per subscription (reset by subscribe):
     bounds: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Streams below which the SUB round's sub-trees had received publications
+    # before acknowledging (Ack.predates): skipped where no bound came.
+    predates: dict[tuple[int, int], int] = field(default_factory=dict)
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
@@ -370,6 +375,13 @@ def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
     """Take ``bounds`` into the subscription's; the larger first-owned wins."""
     for key, first in bounds.items():
         state.bounds[key] = max(state.bounds.get(key, 0), first)
+
+
+def _merge_into(into: dict[tuple[int, int], int], bounds: Iterable[Bound]) -> None:
+    """Gather an ACK's bounds (or predates) into a round's: the larger wins."""
+    for b in bounds:
+        key = (b.node, b.incarnation)
+        into[key] = max(into.get(key, 0), b.first_owned)
 
 
 def _held_through(state: _Topic, oldest: PubMessage, bound: int) -> bool:
@@ -502,6 +514,7 @@ class VCubePS:
         state.subscribed, state.confirmed = True, False
         # A fresh subscription owns nothing published before it, its own included.
         state.bounds = {(self.id, self.incarnation): op.rc}
+        state.predates = {}
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
@@ -1100,6 +1113,7 @@ class VCubePS:
             # a subscriber that has not heard of the crash yet from taking
             # the missing bound for "everything is post-subscription".
             bounds[(node, inc)] = DEAD_BOUND
+        predates = self._predates(state, pending.predates or {}, bounds)
         return Send(
             pending.parent,
             Ack(
@@ -1107,8 +1121,40 @@ class VCubePS:
                 pending.topic,
                 tuple(merged.values()),
                 tuple(Bound(n, i, b) for (n, i), b in bounds.items()),
+                tuple(Bound(n, i, b) for (n, i), b in predates.items()),
             ),
         )
+
+    def _predates(
+        self,
+        state: _Topic,
+        below: dict[tuple[int, int], int],
+        bounds: dict[tuple[int, int], int],
+    ) -> dict[tuple[int, int], int]:
+        """``below`` (the sub-tree's :attr:`Ack.predates`) with this node's own:
+        per source stream, one past the newest publication received here, or
+        skipped here (below this node's bound, or predating its subscription).
+
+        Why the new subscriber needs it: one of this node's publications that
+        predates the subscription is skipped there unseen, and its causal past
+        (all received here before this node learnt of the subscription, this
+        ACK is later) must be skipped too, or a copy of it arriving later (a
+        crashed source's last round, relayed) would be delivered after what
+        followed it.  A bound, where one comes, says more; it wins.  Every
+        entry counts publications made before the subscription is confirmed,
+        none of which is owed to it."""
+        out = dict(below)
+        for key, seq in state.last_rx.items():
+            stream = _stream_of(key)
+            out[stream] = max(out.get(stream, 0), seq + 1)
+        if state.subscribed:
+            for mine in (state.bounds, state.predates):
+                for stream, first in mine.items():
+                    if first < DEAD_BOUND:
+                        out[stream] = max(out.get(stream, 0), first)
+        for stream in [s for s in out if s in bounds or s[0] == self.id]:
+            del out[stream]
+        return out
 
     def _sync_ack(self, rid: RoundId, pending: _Pending) -> Send:
         """ACK an announce with this node's entry and, if it published, its bound
@@ -1153,16 +1199,16 @@ class VCubePS:
         if rid != packet.round:
             del self._repair_of[packet.round]
         limit = self.config.max_view_entries
-        if len(packet.view) > limit or len(packet.bounds) > limit:
+        if len(packet.view) > limit or max(len(packet.bounds), len(packet.predates)) > limit:
             raise RemoteProtocolError(f"ACK from {sender} carries more than {limit} entries")
         if pending.view is not None:
             for entry in packet.view:
                 if entry.newer_than(pending.view.get(entry.node)):
                     pending.view[entry.node] = entry
         if pending.bounds is not None:
-            for b in packet.bounds:
-                key = (b.node, b.incarnation)
-                pending.bounds[key] = max(pending.bounds.get(key, 0), b.first_owned)
+            _merge_into(pending.bounds, packet.bounds)
+        if pending.predates is not None and packet.predates:
+            _merge_into(pending.predates, packet.predates)
         pending.waiting.discard(sender)
         if pending.waiting:
             return []
@@ -1296,6 +1342,7 @@ class VCubePS:
         own = state.view.get(self.id)
         if state.subscribed and own is not None and own.op_id == pending.ids[0]:
             _merge_bounds(state, pending.bounds)
+            state.predates = pending.predates or {}
             state.syncing = self._unreached(state)
             if not state.syncing:
                 out.extend(self._open(state))
@@ -1390,6 +1437,9 @@ class VCubePS:
         state.retired = self._retired_at_confirm(state)
         for (node, inc), first in state.bounds.items():
             out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
+        for (node, inc), first in state.predates.items():
+            if (node, inc) not in state.bounds:
+                out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
         for entry in state.view.values():
             out.extend(self._op_learned(state, entry))
         early, state.early = state.early, []
@@ -1475,6 +1525,8 @@ class VCubePS:
         bound = state.bounds.get((src, inc)) if state.bounds else None
         if bound is not None:
             return msg.id.seq < bound
+        if state.predates and msg.id.seq < state.predates.get((src, inc), 0):
+            return True
         return inc <= state.retired.get(src, -1)
 
     def _live_deps(self, state: _Topic, msg: PubMessage) -> list[Dep]:

@@ -113,13 +113,18 @@ class Ack:
     """ACK: the receiver's whole sub-tree has the round.
 
     For a SUB round it also carries the membership gathered from the sub-tree
-    (``view``) and the publishers' :class:`Bound` s for the new subscription.
+    (``view``), the publishers' :class:`Bound` s for the new subscription, and
+    ``predates``: per source stream, a sequence number below which the
+    sub-tree had received (or skipped) publications of that stream before it
+    acknowledged, so those predate the subscription (read as a :class:`Bound`
+    that only skips: ``first_owned`` is one past the newest of them).
     """
 
     round: RoundId
     topic: str
     view: tuple[ViewEntry, ...] = ()
     bounds: tuple[Bound, ...] = ()
+    predates: tuple[Bound, ...] = ()
     kind: Literal["ACK"] = "ACK"
 
 
@@ -159,4 +164,4 @@ def wire_size(packet: Packet) -> int:
         return head + 8
     if isinstance(packet, Uns):
         return head + 8 + ID_BYTES * len(packet.dests)
-    return head + 8 * (len(packet.view) + len(packet.bounds))
+    return head + 8 * (len(packet.view) + len(packet.bounds) + len(packet.predates))
