@@ -51,8 +51,8 @@ from p2p._node import (
     Subscription,
     open_node,
 )
-from p2p._shutdown import Shutdown, graceful
 from p2p._transport import parse_address, verified_peer
+from p2p.cli._shutdown import Shutdown, graceful
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
