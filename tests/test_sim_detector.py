@@ -522,3 +522,142 @@ def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
     ]
     intro = {k: [seed_node] for k in ids[1:]}
     _replay(Simulation(ids, seed=2810, detector=FAST, introductions=intro), script)
+
+
+# A subscriber back as a new incarnation subscribes knowing nobody (its SUB
+# round reaches nobody) and meets the others later; a publication owed to it
+# names in its barrier a publication of a source that died unseen, which
+# never comes.  Fixed by the ``predates`` of the first member met while the op
+# was unknown to everyone (``VCubePS._first_frontier``); each failed before.
+
+
+def test_a_lonely_subscriber_does_not_wait_for_a_stream_that_died_unseen() -> None:
+    """Found by the one-way property's CI profile in a fresh clone: node 4
+    restarts and subscribes knowing nobody, learns later that node 2 crashed;
+    node 0's publication names node 2's seq 6, which never comes here."""
+    script = [
+        (0.0, "SUB", 2, "t"), (0.0, "SUB", 6, "t"), (0.0, "PUB", 6, "t"), (0.0, "SUB", 4, "t"),
+        (0.0, "SUB", 5, "t"), (0.2, "SUB", 1, "t"), (0.3, "PUB", 2, "t"), (4.0, "PUB", 2, "t"),
+        (45.0, "PUB", 4, "t"), (664.3, "PUB", 4, "t"), (691.1, "PUB", 1, "t"),
+        (790.1, "SUB", 0, "t"), (799.0, "PUB", 6, "t"), (876.2, "SUB", 3, "t"),
+        (1053.3, "PUB", 5, "t"), (1053.3, "PUB", 1, "t"), (1066.1, "PUB", 1, "t"),
+        (1362.9, "PUB", 2, "t"), (1382.7, "PUB", 3, "t"), (1414.7, "PUB", 1, "t"),
+        (2078.1, "PUB", 1, "t"), (2252.3, "UNS", 0, "t"), (2439.4, "SUB", 0, "t"),
+        (2551.5, "PUB", 3, "t"), (2574.5, "PUB", 5, "t"), (2776.2, "PUB", 2, "t"),
+        (2826.3, "UNS", 5, "t"), (3099.8, "PUB", 2, "t"), (3232.3, "PUB", 2, "t"),
+        (3410.0, "SUB", 5, "t"), (3473.4, "PUB", 5, "t"), (3484.4, "PUB", 1, "t"),
+        (4021.4, "CRASH", 2, ""), (4040.6, "UNS", 0, "t"), (4470.8, "SUB", 0, "t"),
+        (4630.1, "CRASH", 4, ""), (4953.5, "PUB", 3, "t"), (4953.5, "PUB", 3, "t"),
+        (5380.3, "RECOVER", 2, ""), (5790.2, "RECOVER", 4, ""), (5904.6, "PUB", 0, "t"),
+        (5948.3, "SUB", 4, "t"),
+    ]  # fmt: skip
+    hints = [
+        (5295.40433628955, 4, 2), (3962.0726462723683, 2, 4), (0.08, 2, 2),
+        (3275.7334379347494, 1, 3), (0.3, 3, 5), (3306.7262762067207, 3, 5),
+        (5500.364374501213, 3, 5), (1239.3717996626958, 3, 3), (0.3333333333333333, 6, 0),
+        (1387.4329651755274, 2, 1),
+    ]  # fmt: skip
+    intro = {1: [0], 2: [0, 3], 3: [0], 4: [0], 5: [0], 6: [0]}
+    _replay(
+        Simulation(list(range(7)), seed=89308, detector=FAST, introductions=intro), script, hints
+    )
+
+
+def test_a_lonely_subscriber_is_owed_a_publication_that_names_a_dead_stream() -> None:
+    """Verify profile, seed 455: node 8 comes back and subscribes knowing
+    nobody; node 1 had crashed before; node 2's publication (owed to node 8,
+    whom it knows) names node 1's seq 1, so it was never delivered."""
+    script = [
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "SUB", 2, "t"),
+        (0.0, "SUB", 5, "t"),
+        (0.0, "SUB", 6, "t"),
+        (252.4, "SUB", 1, "t"),
+        (258.1, "PUB", 1, "t"),
+        (360.7, "UNS", 0, "t"),
+        (521.4, "SUB", 0, "t"),
+        (1284.2, "CRASH", 1, ""),
+        (3776.1, "CRASH", 8, ""),
+        (4053.0, "CRASH", 3, ""),
+        (4762.2, "RECOVER", 8, ""),
+        (4935.0, "SUB", 8, "t"),
+        (6000.0, "PUB", 2, "t"),
+    ]
+    intro = {k: [0] for k in range(1, 10)}
+    _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)
+
+
+def test_a_lonely_subscriber_releases_a_hold_on_a_dead_stream() -> None:
+    """Verify profile, seed 455 (another draw): node 8 held node 4's seq 5 back
+    for good, from a live source, for the same reason."""
+    script = [
+        (0.0, "SUB", 2, "t"),
+        (0.0, "SUB", 4, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "SUB", 6, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.1, "SUB", 0, "t"),
+        (0.2, "UNS", 0, "t"),
+        (1.5, "SUB", 0, "t"),
+        (8.0, "PUB", 0, "t"),
+        (84.2, "SUB", 8, "t"),
+        (246.8, "UNS", 0, "t"),
+        (252.4, "SUB", 1, "t"),
+        (258.1, "PUB", 1, "t"),
+        (360.7, "SUB", 7, "t"),
+        (521.4, "SUB", 9, "t"),
+        (1000.0, "SUB", 5, "t"),
+        (1171.4, "UNS", 4, "t"),
+        (1171.9, "SUB", 0, "t"),
+        (1284.2, "CRASH", 1, ""),
+        (1590.0, "UNS", 7, "t"),
+        (1903.7, "SUB", 4, "t"),
+        (2255.3, "CRASH", 3, ""),
+        (2414.0, "UNS", 4, "t"),
+        (2512.3, "UNS", 0, "t"),
+        (2566.4, "RECOVER", 1, ""),
+        (2723.5, "SUB", 0, "t"),
+        (2796.4, "UNS", 0, "t"),
+        (3020.9, "UNS", 8, "t"),
+        (3110.6, "RECOVER", 3, ""),
+        (3144.7, "SUB", 4, "t"),
+        (3294.8, "PUB", 4, "t"),
+        (3536.4, "SUB", 0, "t"),
+        (3573.6, "PUB", 9, "t"),
+        (3776.1, "CRASH", 8, ""),
+        (3782.9, "UNS", 0, "t"),
+        (3875.4, "SUB", 0, "t"),
+        (3991.3, "SUB", 1, "t"),
+        (4019.4, "UNS", 0, "t"),
+        (4053.0, "SUB", 0, "t"),
+        (4053.0, "CRASH", 3, ""),
+        (4652.9, "UNS", 0, "t"),
+        (4753.0, "SUB", 0, "t"),
+        (4762.2, "RECOVER", 8, ""),
+        (4905.2, "UNS", 0, "t"),
+        (4975.5, "SUB", 0, "t"),
+        (4975.5, "SUB", 8, "t"),
+        (5221.4, "UNS", 0, "t"),
+        (5320.5, "SUB", 0, "t"),
+        (5970.0, "UNS", 0, "t"),
+        (6000.0, "SUB", 0, "t"),
+    ]
+    intro: dict[int, list[int]] = {k: [0] for k in range(1, 10)}
+    intro[0] = [0, 5]
+    _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)

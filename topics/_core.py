@@ -253,6 +253,9 @@ class _Topic:
     # Streams below which the SUB round's sub-trees had received publications
     # before acknowledging (Ack.predates): skipped where no bound came.
     predates: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Whether any node has been sent this subscription's op yet (its SUB round
+    # went to someone, or an announce did): see VCubePS._synced.
+    revealed: bool = False
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
@@ -375,6 +378,10 @@ def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
     """Take ``bounds`` into the subscription's; the larger first-owned wins."""
     for key, first in bounds.items():
         state.bounds[key] = max(state.bounds.get(key, 0), first)
+
+
+def _bounds_of(bounds: Iterable[Bound]) -> Iterable[tuple[tuple[int, int], int]]:
+    return (((b.node, b.incarnation), b.first_owned) for b in bounds)
 
 
 def _merge_into(into: dict[tuple[int, int], int], bounds: Iterable[Bound]) -> None:
@@ -515,6 +522,7 @@ class VCubePS:
         # A fresh subscription owns nothing published before it, its own included.
         state.bounds = {(self.id, self.incarnation): op.rc}
         state.predates = {}
+        state.revealed = False
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
@@ -840,6 +848,8 @@ class VCubePS:
             raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
+        if isinstance(packet, Uns) and len(packet.predates) > self.config.max_view_entries:
+            raise RemoteProtocolError(f"UNS from {sender} carries too many predates")
         self._check_remote(packet.topic, messages)
         known = self._topics.get(packet.topic)
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
@@ -857,6 +867,8 @@ class VCubePS:
             state.last_rx[stream] = last_rx
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
+            if packet.predates and state.confirmed and not state.revealed:
+                out.extend(self._first_frontier(state, dict(_bounds_of(packet.predates))))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
         children = _relay_packets(self.id, packet)
@@ -1096,6 +1108,7 @@ class VCubePS:
         state = self._topic(pending.topic)
         assert pending.view is not None
         assert pending.bounds is not None
+        state.revealed = True  # this node's own entry goes in the view
         merged = dict(pending.view)
         for node, entry in state.view.items():
             if entry.newer_than(merged.get(node)):
@@ -1169,7 +1182,18 @@ class VCubePS:
         # learned of the announcer went elsewhere, and the announcer may know
         # the subscription it ends (from another node's view).
         own = state.view.get(self.id)
-        return Send(pending.parent, Ack(rid, pending.topic, (own,) if own else (), bounds))
+        state.revealed = state.revealed or own is not None
+        predates = self._predates(state, {}, {})
+        return Send(
+            pending.parent,
+            Ack(
+                rid,
+                pending.topic,
+                (own,) if own else (),
+                bounds,
+                tuple(Bound(n, i, b) for (n, i), b in predates.items()),
+            ),
+        )
 
     def _sync_bound(self, state: _Topic, announced: MsgId) -> int:
         """The first of this node's publications not known to have reached the
@@ -1272,6 +1296,7 @@ class VCubePS:
         name = state.name
         if isinstance(head, ViewEntry) and head.subscribed:
             kids = self.overlay.children_at(self.id, ID_BITS)
+            state.revealed = state.revealed or bool(kids)
             sub = Sub(rid, name, head)
             pend = _Pending(name, "SUB", None, set(kids), (head.op_id,))
             return [(k, sub) for k in kids], pend
@@ -1287,8 +1312,13 @@ class VCubePS:
             pend.dest = head.dest
             if self._known_dead(head.dest):
                 return [], pend  # completes at once: nobody to wait for
+            if state.revealed:  # only the first one's frontier counts (_synced)
+                pend.predates = None
+            state.revealed = True
             pend.waiting.add(head.dest)
-            return [(head.dest, Uns(rid, name, own, ()))], pend
+            frontier = self._predates(state, {}, {})
+            predates = tuple(Bound(n, i, b) for (n, i), b in frontier.items())
+            return [(head.dest, Uns(rid, name, own, (), predates))], pend
         children: list[tuple[int, Packet]]
         if isinstance(head, ViewEntry):
             children = [(c, Uns(rid, name, head, share)) for c, share in dests]
@@ -1387,6 +1417,8 @@ class VCubePS:
             if pending.dest not in state.syncing:
                 return out  # the SUB round of this op is still to come
             return out + self._sync_before_confirm(state, pending)
+        if pending.predates:
+            out.extend(self._first_frontier(state, pending.predates))
         if not pending.bounds:
             return out
         ready: list[PubMessage] = []
@@ -1402,6 +1434,29 @@ class VCubePS:
         out.extend(self._release(state, ready))
         out.extend(self._unblock_predating(state))
         return out
+
+    def _first_frontier(self, state: _Topic, predates: dict[tuple[int, int], int]) -> list[Output]:
+        """``predates`` of a member met while this subscription's op was still
+        unknown to everyone (its SUB round reached nobody: it was confirmed
+        knowing nobody): the ACK of its first announce, or an announce that
+        member sent here first.  Skipped where no bound came, as a SUB round's.
+
+        Invariant that makes them safe: nobody had this op when that frontier
+        was taken (the newcomer acknowledges an announce as soon as it learns
+        the op; an announce received here was made before this node answered
+        it), so every publication in it was made before any source could know
+        of this subscription: none is owed here, and a publication owed here
+        that depends on one of them (a source that crashed unseen, so nothing
+        of it comes) no longer waits for it.  A frontier taken after the op
+        left this node could hold owed publications (the op spreads in
+        views), so it does not count (``revealed``)."""
+        ready: list[PubMessage] = []
+        for (node, inc), first in predates.items():
+            if (node, inc) in state.bounds or first <= state.predates.get((node, inc), 0):
+                continue
+            state.predates[(node, inc)] = first
+            ready.extend(state.buffer.advance(node, inc, first - 1))
+        return self._release(state, ready)
 
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
         """An announce sent for :meth:`_unreached` came back: its bound counts as a
