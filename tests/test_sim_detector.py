@@ -527,40 +527,8 @@ def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
 # A subscriber back as a new incarnation subscribes knowing nobody (its SUB
 # round reaches nobody) and meets the others later; a publication owed to it
 # names in its barrier a publication of a source that died unseen, which
-# never comes.  Fixed by the ``predates`` of the first member met while the op
-# was unknown to everyone (``VCubePS._first_frontier``); each failed before.
-
-
-def test_a_lonely_subscriber_does_not_wait_for_a_stream_that_died_unseen() -> None:
-    """Found by the one-way property's CI profile in a fresh clone: node 4
-    restarts and subscribes knowing nobody, learns later that node 2 crashed;
-    node 0's publication names node 2's seq 6, which never comes here."""
-    script = [
-        (0.0, "SUB", 2, "t"), (0.0, "SUB", 6, "t"), (0.0, "PUB", 6, "t"), (0.0, "SUB", 4, "t"),
-        (0.0, "SUB", 5, "t"), (0.2, "SUB", 1, "t"), (0.3, "PUB", 2, "t"), (4.0, "PUB", 2, "t"),
-        (45.0, "PUB", 4, "t"), (664.3, "PUB", 4, "t"), (691.1, "PUB", 1, "t"),
-        (790.1, "SUB", 0, "t"), (799.0, "PUB", 6, "t"), (876.2, "SUB", 3, "t"),
-        (1053.3, "PUB", 5, "t"), (1053.3, "PUB", 1, "t"), (1066.1, "PUB", 1, "t"),
-        (1362.9, "PUB", 2, "t"), (1382.7, "PUB", 3, "t"), (1414.7, "PUB", 1, "t"),
-        (2078.1, "PUB", 1, "t"), (2252.3, "UNS", 0, "t"), (2439.4, "SUB", 0, "t"),
-        (2551.5, "PUB", 3, "t"), (2574.5, "PUB", 5, "t"), (2776.2, "PUB", 2, "t"),
-        (2826.3, "UNS", 5, "t"), (3099.8, "PUB", 2, "t"), (3232.3, "PUB", 2, "t"),
-        (3410.0, "SUB", 5, "t"), (3473.4, "PUB", 5, "t"), (3484.4, "PUB", 1, "t"),
-        (4021.4, "CRASH", 2, ""), (4040.6, "UNS", 0, "t"), (4470.8, "SUB", 0, "t"),
-        (4630.1, "CRASH", 4, ""), (4953.5, "PUB", 3, "t"), (4953.5, "PUB", 3, "t"),
-        (5380.3, "RECOVER", 2, ""), (5790.2, "RECOVER", 4, ""), (5904.6, "PUB", 0, "t"),
-        (5948.3, "SUB", 4, "t"),
-    ]  # fmt: skip
-    hints = [
-        (5295.40433628955, 4, 2), (3962.0726462723683, 2, 4), (0.08, 2, 2),
-        (3275.7334379347494, 1, 3), (0.3, 3, 5), (3306.7262762067207, 3, 5),
-        (5500.364374501213, 3, 5), (1239.3717996626958, 3, 3), (0.3333333333333333, 6, 0),
-        (1387.4329651755274, 2, 1),
-    ]  # fmt: skip
-    intro = {1: [0], 2: [0, 3], 3: [0], 4: [0], 5: [0], 6: [0]}
-    _replay(
-        Simulation(list(range(7)), seed=89308, detector=FAST, introductions=intro), script, hints
-    )
+# never comes.  Fixed by the frontiers announces and their ACKs carry
+# (``VCubePS._sync_frontier``); each failed before.
 
 
 def test_a_lonely_subscriber_is_owed_a_publication_that_names_a_dead_stream() -> None:
@@ -661,3 +629,49 @@ def test_a_lonely_subscriber_releases_a_hold_on_a_dead_stream() -> None:
     intro: dict[int, list[int]] = {k: [0] for k in range(1, 10)}
     intro[0] = [0, 5]
     _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)
+
+
+def test_a_frontier_does_not_skip_a_publication_held_here() -> None:
+    """Found by the one-way property (verify profile, seed 110) in a
+    version that skipped everything below a member's frontier: node 0's
+    hold of (1, 3) stayed while the frontier released (1, 4), so (1, 3) was
+    delivered after it (FIFO and causal).  The frontier now stops at the
+    oldest publication of its stream held here (``VCubePS._frontier``)."""
+    hi, n2, n3 = 11_400_714_819_323_198_485, 4_354_685_564_936_845_354, 15_755_400_384_260_043_839
+    n4, n5 = 8_709_371_129_873_690_708, 1_663_341_875_487_337_577
+    ids = [0, hi, n2, 94, n3, n4, n5]
+    script = [
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "CRASH", hi, ""),
+        (0.0, "SUB", 94, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "RECOVER", hi, ""),
+        (0.0, "SUB", hi, "t"),
+        (0.0, "SUB", n2, "t"),
+        (0.0, "UNS", hi, "t"),
+        (0.0, "UNS", n2, "t"),
+        (0.0, "SUB", n2, "t"),
+        (3.0, "SUB", n4, "t"),
+        (175.0, "UNS", n2, "t"),
+        (351.8, "SUB", hi, "t"),
+        (577.0, "SUB", 0, "t"),
+        (1353.0, "CRASH", n4, ""),
+        (1470.0, "RECOVER", n4, ""),
+        (1470.0, "SUB", n4, "t"),
+        (1599.0, "PUB", hi, "t"),
+        (1800.0, "PUB", hi, "t"),
+    ]
+    intro = {k: [0] for k in ids[1:]}
+    _replay(Simulation(ids, seed=110, detector=FAST, introductions=intro), script)
