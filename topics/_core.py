@@ -262,6 +262,10 @@ class _Topic:
     # node; VCubePS._note_novel): where the frontier an announce to or from
     # that node stops (VCubePS._sync_frontier).
     novel: dict[StreamKey, dict[int, int]] = field(default_factory=dict)
+    # Started by an oracle (preset_subscription): no marks are kept, so no
+    # frontier is ever sent (an oracle's members never subscribe knowing
+    # nobody, and the marks would cost every received publication).
+    preset: bool = False
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
@@ -590,6 +594,7 @@ class VCubePS:
         state.cube_cache = cube
         # learned_at stays empty: an oracle subscription was "learned" before any
         # publication, so it bounds nothing (a missing entry reports no Bound).
+        state.preset = True
         if self.id in view:
             state.subscribed = state.confirmed = True
             state.bounds = {}
@@ -860,7 +865,7 @@ class VCubePS:
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
         out: list[Output] = []
-        if fresh:
+        if fresh and not state.preset:
             self._note_novel(state, fresh)
         if last_rx is not None:  # something new: the newest round of its stream here
             stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
@@ -1211,10 +1216,12 @@ class VCubePS:
                 found.add(o.source)
         last_rx, novel = state.last_rx, state.novel
         for d in msg.deps:
-            k = _stream_key(d.source, d.incarnation)
+            k = d.source if d.incarnation == 0 else (d.source, d.incarnation)
             if d.seq > last_rx.get(k, -1):
                 return {ANY_OP}
-            found.update(n for n, first in novel.get(k, {}).items() if d.seq >= first)
+            marks = novel.get(k) if novel else None
+            if marks:
+                found.update(n for n, first in marks.items() if d.seq >= first)
         return found
 
     def _sync_frontier(self, state: _Topic, newcomer: int) -> dict[tuple[int, int], int]:
@@ -1233,6 +1240,8 @@ class VCubePS:
         before it.  This node's own publications and skipped ones are left
         out (its bound says more; what it skipped is not known here)."""
         out: dict[tuple[int, int], int] = {}
+        if state.preset:
+            return out  # no marks kept: nothing provably not owed
         novel = state.novel
         for key, seq in state.last_rx.items():
             stream = _stream_of(key)
