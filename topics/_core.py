@@ -266,6 +266,9 @@ class _Topic:
     # frontier is ever sent (an oracle's members never subscribe knowing
     # nobody, and the marks would cost every received publication).
     preset: bool = False
+    # This subscription's SUB round reached nobody (it was confirmed knowing
+    # nobody): the only case that takes members' frontiers (VCubePS._frontier).
+    lonely: bool = False
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
@@ -880,7 +883,7 @@ class VCubePS:
         new_op = isinstance(packet, Uns) and packet.op.newer_than(state.view.get(packet.op.node))
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
-            if packet.predates and state.confirmed:
+            if packet.predates and state.confirmed and state.lonely:
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates))))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
@@ -1383,6 +1386,7 @@ class VCubePS:
         name = state.name
         if isinstance(head, ViewEntry) and head.subscribed:
             kids = self.overlay.children_at(self.id, ID_BITS)
+            state.lonely = not kids
             sub = Sub(rid, name, head)
             pend = _Pending(name, "SUB", None, set(kids), (head.op_id,))
             return [(k, sub) for k in kids], pend
@@ -1503,7 +1507,7 @@ class VCubePS:
             if pending.dest not in state.syncing:
                 return out  # the SUB round of this op is still to come
             return out + self._sync_before_confirm(state, pending)
-        if pending.predates:
+        if pending.predates and state.lonely:
             out.extend(self._frontier(state, pending.predates))
         if not pending.bounds:
             return out
@@ -1529,6 +1533,13 @@ class VCubePS:
         What makes a subscription confirmed knowing nobody (its SUB round
         reached nobody) live: a publication owed here that names a publication
         of a source that died unseen (which never comes) no longer waits.
+        Only such a subscription takes frontiers (``lonely``): it exists only
+        where membership is partial, and there a publication is owed only to
+        the subscribers its source knew, which it then names in its barrier;
+        with full membership a publication made before its source's own SUB
+        round ended names nobody yet is owed to every subscriber confirmed
+        before it (found: ``tests/test_checkcli.py``'s eighty scenarios, seed
+        74), and frontiers are not needed there.
 
         A publication held here already is not skipped (the frontier stops at
         the oldest held one of its stream): skipping under it would release
