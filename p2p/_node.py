@@ -816,7 +816,8 @@ class Node:
         """The last publication received in this batch, not yet delivered nor in
         ``_received_at``: most are delivered next, with no dict write at all."""
         self._streak = 0
-        """Publications accepted since :meth:`publish`'s last schedule point."""
+        """Publications accepted since the last schedule point of :meth:`publish` or
+        :meth:`publish_many` (one every :data:`PUBLISH_BATCH`)."""
         self._now = 0.0
         """The current batch's clock (:meth:`_handle`, when recording)."""
         self._wall_offset = 0.0
