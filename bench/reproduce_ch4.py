@@ -156,10 +156,16 @@ class Task:
     seed: int
     start: str = "exp"
     window: float = 1000.0
+    tpp_stdev: float = 25.0
+    tpc: float = 1.0
+    tt: float = 1.0
 
     def key(self) -> tuple[Any, ...]:
         """The point this run belongs to (everything but the seed)."""
-        return (self.exp, self.start, self.window, self.n, self.mode)
+        return (self.exp, self.start, self.window, self.n, self.mode, *self.delays())
+
+    def delays(self) -> tuple[float, float, float]:
+        return (self.tpp_stdev, self.tpc, self.tt)
 
     def label(self) -> str:
         return (
@@ -215,7 +221,7 @@ def run_task(task: Task) -> dict[str, Any]:
         aggregation=task.mode,
         seed=task.seed,
         record_trace=False,
-        delays=DelayModel(tpc=1.0, tt=1.0, tpp_mean=100.0, tpp_stdev=25.0),
+        delays=DelayModel(tpc=task.tpc, tt=task.tt, tpp_mean=100.0, tpp_stdev=task.tpp_stdev),
     )
     for node, at in enumerate(start_times(task.n, task.seed, task.start, task.window)):
         sim.schedule(at, "PUB", node, TOPIC, PAYLOAD)
@@ -285,12 +291,15 @@ def seeds_for(n: int, k: int) -> int:
 
 def plan(args: argparse.Namespace) -> list[Task]:
     tasks: list[Task] = []
+    delays = (args.tpp_stdev, args.tpc, args.tt)
     if "main" in args.only:
         for n in powers(args.min_nodes, args.max_nodes):
             for seed in range(
                 1 + args.seed_offset, seeds_for(n, args.seeds) + 1 + args.seed_offset
             ):
-                tasks.extend(Task("main", n, mode, seed, args.start, args.window) for mode in MODES)
+                tasks.extend(
+                    Task("main", n, mode, seed, args.start, args.window, *delays) for mode in MODES
+                )
     if "sweep" in args.only:
         for start, window in SWEEP:
             if (start, window) == (args.start, args.window):
@@ -298,7 +307,8 @@ def plan(args: argparse.Namespace) -> list[Task]:
             for n in args.sweep_sizes:
                 for seed in range(1 + args.seed_offset, args.sweep_seeds + 1 + args.seed_offset):
                     tasks.extend(
-                        Task("sweep", n, mode, seed, start, window) for mode in args.sweep_modes
+                        Task("sweep", n, mode, seed, start, window, *delays)
+                        for mode in args.sweep_modes
                     )
     return tasks
 
@@ -621,6 +631,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--window", type=float, default=1000.0, help="mean (exp, poisson) or width (uniform)"
     )
+    p.add_argument(
+        "--tpp-stdev",
+        type=float,
+        default=25.0,
+        help="standard deviation of t_pp ~ Normal(100, sd) (default 25, thesis §4.5.1)",
+    )
+    p.add_argument("--tpc", type=float, default=1.0, help="processing time per packet (1)")
+    p.add_argument("--tt", type=float, default=1.0, help="transmission time per packet (1)")
     p.add_argument("--only", default="main,sweep", help="comma-separated: main, sweep")
     p.add_argument(
         "--sweep-sizes",
@@ -699,7 +717,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seed_offset": args.seed_offset,
             "sweep_modes": args.sweep_modes,
             "jobs": args.jobs,
-            "delays": {"tpc": 1.0, "tt": 1.0, "tpp": "Normal(100, 25) per packet"},
+            "delays": {
+                "tpc": args.tpc,
+                "tt": args.tt,
+                "tpp": f"Normal(100, {args.tpp_stdev:g}) per packet",
+            },
             "payload_bytes": len(PAYLOAD),
             "protocol": "causal-broadcast",
         },

@@ -52,9 +52,7 @@ from types import FrameType
 
 from p2p import BlockingNode, BlockingSubscription, NodeConfig, P2PError
 from p2p._identity import add_node, init_fleet
-from p2p._nodecli import _common as add_node_options
-from p2p._nodecli import _config as node_config
-from p2p._shutdown import INTERRUPTED, run_cli
+from p2p.cli import INTERRUPTED, add_node_options, node_config, run_cli
 
 log = logging.getLogger("edge_examples.sensor")
 

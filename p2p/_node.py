@@ -60,7 +60,7 @@ import trio
 
 from causal import MsgId
 from p2p._discovery import SERVICE_TYPE, Discovery
-from p2p._errors import IdentityError, NodeError, P2PError, SecurityError
+from p2p._errors import IdentityError, IdentityInUseError, NodeError, P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._liveness import (
     INC_FIELD,
@@ -108,6 +108,7 @@ from p2p.machine import (
     SendControl,
     SendExchange,
     Stalled,
+    Superseded,
     SuspicionCorrected,
 )
 from topics import (
@@ -445,6 +446,10 @@ class _Link:
         """Frames sent and not yet confirmed by the peer (``p2p._reliable``)."""
         self.confirmed = False
         """Whether the peer confirmed a frame on the current connection (it works)."""
+        self.connection: trio.CancelScope | None = None
+        """The current connection's scope (:meth:`redial` closes it)."""
+        self.dialled: Peer | None = None
+        """The record the current connection was dialled from."""
 
     def put_control(self, item: Control) -> None:
         """Queue a control packet; a full outbox drops it (counted), like a packet."""
@@ -453,6 +458,27 @@ class _Link:
             return
         self.outbox.append(item)
         self.wake.set()
+
+    def redial(self, life: int) -> Peer | None:
+        """The peer runs as ``life`` now: a connection to another life of it is
+        closed, so the next frames go to the newest record's address.  Else a
+        process superseded by a newer start of the same identity would take,
+        and confirm, frames meant for the new one.  Returns the record that
+        connection was dialled from (``None``: no such connection)."""
+        if self.connection is None or self.log.peer_life in (None, life):
+            return None
+        self.connection.cancel()
+        # Now, not at the next dial: frames logged from here on are the new
+        # life's (a doomed connection may still take some) and are sent again.
+        self._to_life(life)
+        return self.dialled
+
+    def _to_life(self, life: int) -> None:
+        """Frames logged for another life of the peer are lost with it (counted)."""
+        forgotten = self.log.reconnected(life)
+        if forgotten:
+            self.node.stats["lost_on_disconnect"] += forgotten
+            log.warning("%016x restarted: %d packets to its old life lost", self.peer_id, forgotten)
 
     def core_packets(self) -> int:
         """Core packets queued (what the peer loses if the link is dropped now)."""
@@ -523,22 +549,20 @@ class _Link:
                 continue
             if self.node.record:  # introduce this node: the peer may not know its address
                 self.outbox.appendleft(PeerExchange((self.node.record,)))
-            forgotten = self.log.reconnected(_incarnation_of(peer))
-            if forgotten:
-                self.node.stats["lost_on_disconnect"] += forgotten
-                log.warning(
-                    "%016x restarted: %d packets to its old life lost", self.peer_id, forgotten
-                )
+            self._to_life(_incarnation_of(peer))
             opened = trio.current_time()
             self.confirmed = False
             self.node.connections += 1
             try:
-                await self._pump_until_closed(stream, session)
+                with trio.CancelScope() as self.connection:
+                    self.dialled = peer
+                    await self._pump_until_closed(stream, session)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.node.quiet.warn(
                     ("lost", self.peer_id), "connection to %016x lost: %s", self.peer_id, exc
                 )
             finally:
+                self.connection = None
                 self.node.connections -= 1
                 with trio.CancelScope(shield=True):
                     await stream.aclose()
@@ -1076,6 +1100,7 @@ class Node:
         elif isinstance(o, SendExchange):
             self._link(o.dest).put_exchange(list(o.records), reply=o.reply)
         elif isinstance(o, MemberUp):
+            self._new_life(o.node, o.incarnation)
             self._membership_changed(MembershipEvent("joined", o.node, o.incarnation, o.reason))
         elif isinstance(o, MemberDown):
             self._member_down(o)
@@ -1088,6 +1113,8 @@ class Node:
             self._reincarnated(o)
         elif isinstance(o, Stalled):
             self._stalled(o)
+        elif isinstance(o, Superseded):
+            self._superseded(o)
 
     def _member_down(self, o: MemberDown) -> None:
         """``o.node`` up to ``o.incarnation`` is over: forget its records' sync
@@ -1543,6 +1570,42 @@ class Node:
                 now = trio.current_time()
                 self._handle(machine.handle_timer(now), now)
 
+    def _new_life(self, node: int, life: int) -> None:
+        """``node`` runs as ``life`` now.  A connection to an older life of it is
+        closed (:meth:`_Link.redial`), and that address is told, on a
+        connection of its own, that ``life`` is alive: a process the identity
+        was started again over then stops (:class:`Superseded`) instead of
+        running on unheard.  To a crashed life the notice goes nowhere."""
+        link = self._links.get(node)
+        old = None if link is None else link.redial(life)
+        notice = None if old is None else self.machine.newer_life_notice(node)
+        if old is not None and notice is not None and self._nursery is not None:
+            self._nursery.start_soon(self._send_control_once, old.host, old.port, notice)
+
+    async def _send_control_once(self, host: str, port: int, msg: Control) -> None:
+        try:
+            with trio.move_on_after(self.config.handshake_timeout):
+                async with self._dialled(host, port) as (stream, session):
+                    packet = encode_packets([], control=(msg,))
+                    await stream.send_all(frame(session.seal(packet)))
+        except _ONE_OFF_ERRORS as exc:
+            log.debug("notice for %s:%d not sent: %s", host, port, _why(exc))
+
+    def _superseded(self, o: Superseded) -> None:
+        """Another process runs this identity, started later (a copied node
+        directory): it keeps the identity, this node stops with
+        :class:`IdentityInUseError`, raised in the node's nursery so that it
+        ends the ``open_node`` block (and ``p2p node`` exits 1 with the
+        message).  No LEAVE: the id stays a member, as the other process."""
+        msg = (
+            f"node {self.id:016x} was started again elsewhere (incarnation "
+            f"{o.incarnation}, newer than this process's {self.incarnation}): "
+            "this process stops; give every process its own node directory "
+            "(`p2p fleet add-node`)"
+        )
+        if self._nursery is not None:  # the error is its one report (p2p node: one line)
+            self._nursery.start_soon(_raise, IdentityInUseError(msg))
+
     def _stalled(self, o: Stalled) -> None:
         """Lifeguard's local health: the timer fired ``o.lag`` seconds late, so
         this process was not running (a busy CPU, a suspended process); the
@@ -1624,12 +1687,7 @@ class Node:
                     nursery.start_soon(self._send_leave, host, port)
 
     async def _send_leave(self, host: str, port: int) -> None:
-        try:
-            async with self._dialled(host, port) as (stream, session):
-                packet = encode_packets([], control=(Leave(self.incarnation),))
-                await stream.send_all(frame(session.seal(packet)))
-        except _ONE_OFF_ERRORS as exc:
-            log.debug("leave for seed %s:%d not sent: %s", host, port, _why(exc))
+        await self._send_control_once(host, port, Leave(self.incarnation))
 
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():
@@ -1816,6 +1874,11 @@ _ONE_OFF_ERRORS = (
     trio.BrokenResourceError,
 )
 """What a one-off connection (a seed exchange, a leave) may fail with: logged, not raised."""
+
+
+async def _raise(exc: BaseException) -> None:
+    """A task that fails with ``exc``: ends the nursery it runs in."""
+    raise exc
 
 
 def _incarnation_of(peer: Peer) -> int:

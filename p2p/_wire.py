@@ -24,6 +24,7 @@ PUB      ``[0, round, topic, [message, ...], dests]``          <= max_round_mess
                                                                more than one message)
 SUB      ``[1, round, topic, op]``
 UNS      ``[2, round, topic, op, dests]``
+         or ``[2, round, topic, op, dests, [bound, ...]]`` (an announce's ``predates``)
 ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_entries
          or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...]]`` (``predates``)
 round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
@@ -404,7 +405,14 @@ def _e_packet(p: Packet) -> bytes:
     if isinstance(p, Sub):
         return b"\x84\x01" + _e_round(p.round) + _e_topic(p.topic) + _e_op(p.op)
     if isinstance(p, Uns):
-        return b"\x85\x02" + _e_round(p.round) + _e_topic(p.topic) + _e_op(p.op) + _e_ints(p.dests)
+        return (
+            (b"\x86\x02" if p.predates else b"\x85\x02")
+            + _e_round(p.round)
+            + _e_topic(p.topic)
+            + _e_op(p.op)
+            + _e_ints(p.dests)
+            + (_e_bounds(p.predates) if p.predates else b"")
+        )
     if isinstance(p, Ack):
         return (
             (b"\x86\x03" if p.predates else b"\x85\x03")
@@ -903,6 +911,17 @@ def _scan(body: bytes, max_items: int) -> None:
         raise WireError(f"{end - pos} trailing bytes after the body")
 
 
+def _d_predates(fields: list[object], what: str, limit: int) -> tuple[Bound, ...]:
+    """The optional sixth element of an ACK or UNS: left out when empty, so that
+    every packet has one encoding (an empty one is refused)."""
+    if len(fields) != 6:
+        return ()
+    predates = _d_bounds(fields[5], what + ".predates", limit)
+    if not predates:
+        raise WireError(f"{what}.predates: empty (the 5-element form is the encoding)")
+    return predates
+
+
 def _d_bounds(raw: object, what: str, limit: int) -> tuple[Bound, ...]:
     out = []
     for b in _array(raw, what, limit=limit):
@@ -1028,16 +1047,18 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
         _, rid, topic, op = _array(raw, "SUB", 4)
         return Sub(_d_round(rid), _d_topic(topic, lim), _d_op(op, "SUB.op"))
     if tag == _UNS:
-        _, rid, topic, op, dests = _array(raw, "UNS", 5)
-        return Uns(_d_round(rid), _d_topic(topic, lim), _d_op(op, "UNS.op"), _d_dests(dests, lim))
+        fields = _array(raw, "UNS", 6 if type(raw) is list and len(raw) == 6 else 5)
+        rid, topic, op, dests = fields[1:5]
+        predates = _d_predates(fields, "UNS", lim.max_view_entries)
+        return Uns(
+            _d_round(rid), _d_topic(topic, lim), _d_op(op, "UNS.op"), _d_dests(dests, lim), predates
+        )
     if tag == _ACK:
         fields = _array(raw, "ACK", 6 if type(raw) is list and len(raw) == 6 else 5)
         rid, topic, view, bounds = fields[1:5]
         n = lim.max_view_entries
         entries = tuple(_d_op(e, "ACK.view[]") for e in _array(view, "ACK.view", limit=n))
-        predates = _d_bounds(fields[5], "ACK.predates", n) if len(fields) == 6 else ()
-        if len(fields) == 6 and not predates:  # one encoding per ACK: an empty one is left out
-            raise WireError("ACK.predates: empty (the 5-element form is the encoding)")
+        predates = _d_predates(fields, "ACK", n)
         bnds = _d_bounds(bounds, "ACK.bounds", n)
         return Ack(_d_round(rid), _d_topic(topic, lim), entries, bnds, predates)
     raise WireError(f"packet: unknown type tag {tag}")

@@ -20,6 +20,7 @@ from p2p.machine import (
     SendControl,
     SendExchange,
     Stalled,
+    Superseded,
 )
 from topics import LocalProtocolError, PubSubConfig, Send, VCubePS
 from vcube import DetectorConfig, Entry, Hypercube, Probe, Push, Reply
@@ -156,6 +157,35 @@ def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> No
     with pytest.raises(LocalProtocolError):
         a.publish("t", b"z" * 101, 1.5)
     assert not [o for o in a.control(2, suspicion, 2.0) if isinstance(o, Reincarnated)]
+
+
+def test_a_newer_live_incarnation_of_its_own_id_supersedes_the_node() -> None:
+    """The identity was started twice: a peer holds a newer incarnation of this
+    id, alive (even counter).  This machine reports :class:`Superseded` once
+    and goes quiet (no timer, no probes); it does not reincarnate above the
+    other process, which would start a leapfrog of restarts."""
+    a = _machine(1, {2: 1})
+    a.start_rounds(0.0)
+    twin = Push(incarnation=1, version=5, entries=(Entry(1, 7, 0),))  # 2 says: 1 runs as 7
+    out = a.control(2, twin, 1.0)
+    assert [o for o in out if isinstance(o, Superseded | Reincarnated)] == [Superseded(7)]
+    assert a.incarnation == 1
+    assert a.get_timer() is None
+    assert a.handle_timer(5.0) == []
+    assert a.hint(2, 5.0) == []
+    again = Push(incarnation=1, version=6, entries=(Entry(1, 7, 2),))
+    assert not [o for o in a.control(2, again, 6.0) if isinstance(o, Superseded | Reincarnated)]
+
+
+def test_a_newer_suspected_incarnation_of_its_own_id_is_an_earlier_life() -> None:
+    """A newer incarnation of this id that is itself suspected (odd counter) is
+    a dead earlier life, newer only because the clock stepped back before this
+    restart (a Raspberry Pi without a clock): come back above it."""
+    a = _machine(1, {2: 1})
+    old_life = Push(incarnation=1, version=5, entries=(Entry(1, 7, 1),))
+    out = a.control(2, old_life, 1.0)
+    assert [o for o in out if isinstance(o, Superseded | Reincarnated)] == [Reincarnated(1, 8)]
+    assert a.superseded is None
 
 
 def test_a_reply_from_a_peer_answers_its_probe() -> None:

@@ -13,6 +13,7 @@ suspected, evicted or restart itself.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,3 +223,36 @@ def test_stalled_node_comes_back_once_and_resubscribes(tmp_path: Path) -> None:
     plan = Plan({"chat": frozenset({0})}, {"chat": frozenset(range(5))}, count)
     problems += trace_problems(load_traces(nodes), plan)
     assert not problems, "\n".join(problems) + "\n" + tails(nodes)
+
+
+def test_a_node_started_twice_hands_its_identity_to_the_newer_start(tmp_path: Path) -> None:
+    """A node directory copied to a second process (another device, or a
+    redeploy that forgot the first): the lock file cannot see it.  The newer
+    start keeps the identity; the older process learns of the newer
+    incarnation, alive, and exits 1 with one line saying so, instead of
+    restarting above it (a leapfrog of restarts).  Nobody is suspected, the
+    other subscribers lose nothing, and the newer process delivers everything
+    published after its subscription was confirmed."""
+    count, rate, duration = 400, 20.0, 35.0
+    stype = _service_type()
+    nodes, procs = _one_publisher(tmp_path, stype, count, rate, duration, settle=6)
+    time.sleep(10)
+    older = nodes[4]
+    copied = tmp_path / "node4-copy"
+    shutil.copytree(older.identity, copied, ignore=shutil.ignore_patterns("*.lock"))
+    newer = NodeRun(5, older.node_id, copied, older.role)
+    argv = _argv(newer, "--service-type", stype, "--settle", "3", count=0, rate=rate, duration=20)
+    procs.append(_start(newer, tmp_path, argv))
+    everyone = [*nodes, newer]
+    _wait(everyone, procs, duration + 30)
+    assert older.returncode == 1, tails(everyone)
+    lines = older.stderr.read_text(errors="replace").splitlines()
+    errors = [line for line in lines if line.startswith("p2p: error:")]
+    assert len(errors) == 1, tails(everyone)
+    assert "was started again elsewhere" in errors[0]
+    assert "Traceback" not in "\n".join(lines)
+    rest = [*nodes[:4], newer]
+    problems = _health(rest)
+    plan = Plan({"chat": frozenset({0})}, {"chat": frozenset({0, 1, 2, 3, 5})}, count)
+    problems += trace_problems(load_traces(rest), plan)
+    assert not problems, "\n".join(problems) + "\n" + tails(everyone)

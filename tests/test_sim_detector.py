@@ -522,3 +522,156 @@ def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
     ]
     intro = {k: [seed_node] for k in ids[1:]}
     _replay(Simulation(ids, seed=2810, detector=FAST, introductions=intro), script)
+
+
+# A subscriber back as a new incarnation subscribes knowing nobody (its SUB
+# round reaches nobody) and meets the others later; a publication owed to it
+# names in its barrier a publication of a source that died unseen, which
+# never comes.  Fixed by the frontiers announces and their ACKs carry
+# (``VCubePS._sync_frontier``); each failed before.
+
+
+def test_a_lonely_subscriber_is_owed_a_publication_that_names_a_dead_stream() -> None:
+    """Verify profile, seed 455: node 8 comes back and subscribes knowing
+    nobody; node 1 had crashed before; node 2's publication (owed to node 8,
+    whom it knows) names node 1's seq 1, so it was never delivered."""
+    script = [
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "SUB", 2, "t"),
+        (0.0, "SUB", 5, "t"),
+        (0.0, "SUB", 6, "t"),
+        (252.4, "SUB", 1, "t"),
+        (258.1, "PUB", 1, "t"),
+        (360.7, "UNS", 0, "t"),
+        (521.4, "SUB", 0, "t"),
+        (1284.2, "CRASH", 1, ""),
+        (3776.1, "CRASH", 8, ""),
+        (4053.0, "CRASH", 3, ""),
+        (4762.2, "RECOVER", 8, ""),
+        (4935.0, "SUB", 8, "t"),
+        (6000.0, "PUB", 2, "t"),
+    ]
+    intro = {k: [0] for k in range(1, 10)}
+    _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)
+
+
+def test_a_lonely_subscriber_releases_a_hold_on_a_dead_stream() -> None:
+    """Verify profile, seed 455 (another draw): node 8 held node 4's seq 5 back
+    for good, from a live source, for the same reason."""
+    script = [
+        (0.0, "SUB", 2, "t"),
+        (0.0, "SUB", 4, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "SUB", 6, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.1, "SUB", 0, "t"),
+        (0.2, "UNS", 0, "t"),
+        (1.5, "SUB", 0, "t"),
+        (8.0, "PUB", 0, "t"),
+        (84.2, "SUB", 8, "t"),
+        (246.8, "UNS", 0, "t"),
+        (252.4, "SUB", 1, "t"),
+        (258.1, "PUB", 1, "t"),
+        (360.7, "SUB", 7, "t"),
+        (521.4, "SUB", 9, "t"),
+        (1000.0, "SUB", 5, "t"),
+        (1171.4, "UNS", 4, "t"),
+        (1171.9, "SUB", 0, "t"),
+        (1284.2, "CRASH", 1, ""),
+        (1590.0, "UNS", 7, "t"),
+        (1903.7, "SUB", 4, "t"),
+        (2255.3, "CRASH", 3, ""),
+        (2414.0, "UNS", 4, "t"),
+        (2512.3, "UNS", 0, "t"),
+        (2566.4, "RECOVER", 1, ""),
+        (2723.5, "SUB", 0, "t"),
+        (2796.4, "UNS", 0, "t"),
+        (3020.9, "UNS", 8, "t"),
+        (3110.6, "RECOVER", 3, ""),
+        (3144.7, "SUB", 4, "t"),
+        (3294.8, "PUB", 4, "t"),
+        (3536.4, "SUB", 0, "t"),
+        (3573.6, "PUB", 9, "t"),
+        (3776.1, "CRASH", 8, ""),
+        (3782.9, "UNS", 0, "t"),
+        (3875.4, "SUB", 0, "t"),
+        (3991.3, "SUB", 1, "t"),
+        (4019.4, "UNS", 0, "t"),
+        (4053.0, "SUB", 0, "t"),
+        (4053.0, "CRASH", 3, ""),
+        (4652.9, "UNS", 0, "t"),
+        (4753.0, "SUB", 0, "t"),
+        (4762.2, "RECOVER", 8, ""),
+        (4905.2, "UNS", 0, "t"),
+        (4975.5, "SUB", 0, "t"),
+        (4975.5, "SUB", 8, "t"),
+        (5221.4, "UNS", 0, "t"),
+        (5320.5, "SUB", 0, "t"),
+        (5970.0, "UNS", 0, "t"),
+        (6000.0, "SUB", 0, "t"),
+    ]
+    intro: dict[int, list[int]] = {k: [0] for k in range(1, 10)}
+    intro[0] = [0, 5]
+    _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)
+
+
+def test_a_frontier_does_not_skip_a_publication_held_here() -> None:
+    """Found by the one-way property (verify profile, seed 110) in a
+    version that skipped everything below a member's frontier: node 0's
+    hold of (1, 3) stayed while the frontier released (1, 4), so (1, 3) was
+    delivered after it (FIFO and causal).  The frontier now stops at the
+    oldest publication of its stream held here (``VCubePS._frontier``)."""
+    hi, n2, n3 = 11_400_714_819_323_198_485, 4_354_685_564_936_845_354, 15_755_400_384_260_043_839
+    n4, n5 = 8_709_371_129_873_690_708, 1_663_341_875_487_337_577
+    ids = [0, hi, n2, 94, n3, n4, n5]
+    script = [
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "SUB", 0, "t"),
+        (0.0, "CRASH", hi, ""),
+        (0.0, "SUB", 94, "t"),
+        (0.0, "UNS", 0, "t"),
+        (0.0, "RECOVER", hi, ""),
+        (0.0, "SUB", hi, "t"),
+        (0.0, "SUB", n2, "t"),
+        (0.0, "UNS", hi, "t"),
+        (0.0, "UNS", n2, "t"),
+        (0.0, "SUB", n2, "t"),
+        (3.0, "SUB", n4, "t"),
+        (175.0, "UNS", n2, "t"),
+        (351.8, "SUB", hi, "t"),
+        (577.0, "SUB", 0, "t"),
+        (1353.0, "CRASH", n4, ""),
+        (1470.0, "RECOVER", n4, ""),
+        (1470.0, "SUB", n4, "t"),
+        (1599.0, "PUB", hi, "t"),
+        (1800.0, "PUB", hi, "t"),
+    ]
+    intro = {k: [0] for k in ids[1:]}
+    _replay(Simulation(ids, seed=110, detector=FAST, introductions=intro), script)

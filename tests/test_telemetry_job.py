@@ -646,8 +646,7 @@ def test_p2p_cli_wiring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     from p2p import cli
 
     sub = next(a for a in cli.build_parser()._actions if a.dest == "command")
-    if "telemetry" not in (sub.choices or {}):
-        pytest.skip("p2p telemetry is not wired into p2p/cli.py yet")
+    assert "telemetry" in (sub.choices or {})
     code = cli.main(["telemetry", "aggregate", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
     assert code == 2
     assert "landing directory" in capsys.readouterr().err

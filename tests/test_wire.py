@@ -10,6 +10,7 @@ and :class:`FrameReader`: they may only ever raise :class:`WireError`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections.abc import Callable
 from itertools import pairwise
@@ -241,20 +242,30 @@ def test_max_size_fields_round_trip() -> None:
     assert decode_packets(body, WireLimits.from_config(cfg)) == seq
 
 
-def test_an_ack_carries_predates_only_when_it_has_some() -> None:
-    """The SUB ACK's ``predates`` is a sixth element, left out when empty, so
-    every ACK has one encoding and a 5-element ACK still decodes."""
-    rid = RoundId(3, 0, 1)
-    with_some = Ack(rid, "t", (), (Bound(1, 0, 4),), (Bound(2, 1, 7),))
-    without = Ack(rid, "t", (), (Bound(1, 0, 4),))
+@pytest.mark.parametrize("kind", ["ACK", "UNS"])
+def test_predates_are_sent_only_when_there_are_some(kind: str) -> None:
+    """A SUB ACK's or an announce's ``predates`` is a sixth element, left out
+    when empty, so every packet has one encoding and the 5-element form still
+    decodes; more than ``max_view_entries`` of them is refused."""
+    rid, op = RoundId(3, 0, 1), ViewEntry(3, 0, 0, True)
+    some = (Bound(2, 1, 7),)
+    with_some: Packet
+    without: Packet
+    if kind == "ACK":
+        with_some, without = Ack(rid, "t", (), (), some), Ack(rid, "t", (), ())
+    else:
+        with_some, without = Uns(rid, "t", op, (), some), Uns(rid, "t", op, ())
     assert decode_packets(encode_packets([with_some]), LIMITS) == [with_some]
     assert decode_packets(encode_packets([without]), LIMITS) == [without]
     assert len(encode_packets([with_some])) > len(encode_packets([without]))
-    # the same ACK with an empty sixth element is not its encoding: refused
+    # the same packet with an empty sixth element is not its encoding: refused
     raw = cbor2.loads(encode_packets([without]))
     raw[1][0].append([])
     with pytest.raises(WireError, match="predates"):
         decode_packets(cbor2.dumps(raw), LIMITS)
+    many = dataclasses.replace(with_some, predates=some * 3)
+    with pytest.raises(WireError, match="limit"):
+        decode_packets(encode_packets([many]), dataclasses.replace(LIMITS, max_view_entries=2))
 
 
 def test_from_config() -> None:
@@ -540,6 +551,7 @@ def seeds() -> list[bytes]:
         [Sub(rid, "a/b", op), Uns(rid, "ü", op, (1, 1 << 60))],
         [Ack(rid, "t", (op, ViewEntry(1, 0, 0, False)), (Bound(1, 2, 3),))],
         [Ack(rid, "t", (op,), (), (Bound(5, 0, 2), Bound(1 << 63, 4, 9)))],
+        [Uns(rid, "t", op, (), (Bound(5, 0, 2),))],
         [Bundle((pub(), Ack(rid, "t"))), Sub(rid, "z", op)],
     ]
     alives = (None, 0, 23, 300, 1 << 40)  # the piggybacked detector version, in each head size

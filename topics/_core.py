@@ -83,6 +83,10 @@ DEAD_BOUND = (1 << 63) - 1
 """The :class:`Bound` a SUB ACK gives for a crashed source: every publication of
 it predates the subscription (the largest counter the wire carries)."""
 
+ANY_OP = -1
+"""In ``_Topic.novel``: a publication that may follow an unknown op of any node
+(one of its predecessors never came here)."""
+
 SKIPPED_PAST = 4096
 """Skipped publications whose causal past a subscription remembers (oldest forgotten)."""
 
@@ -253,6 +257,15 @@ class _Topic:
     # Streams below which the SUB round's sub-trees had received publications
     # before acknowledging (Ack.predates): skipped where no bound came.
     predates: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Per stream, per node, the first publication received here that may follow
+    # an op of that node this node did not know when it came (ANY_OP: of any
+    # node; VCubePS._note_novel): where the frontier an announce to or from
+    # that node stops (VCubePS._sync_frontier).
+    novel: dict[StreamKey, dict[int, int]] = field(default_factory=dict)
+    # Started by an oracle (preset_subscription): no marks are kept, so no
+    # frontier is ever sent (an oracle's members never subscribe knowing
+    # nobody, and the marks would cost every received publication).
+    preset: bool = False
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
@@ -375,6 +388,10 @@ def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
     """Take ``bounds`` into the subscription's; the larger first-owned wins."""
     for key, first in bounds.items():
         state.bounds[key] = max(state.bounds.get(key, 0), first)
+
+
+def _bounds_of(bounds: Iterable[Bound]) -> Iterable[tuple[tuple[int, int], int]]:
+    return (((b.node, b.incarnation), b.first_owned) for b in bounds)
 
 
 def _merge_into(into: dict[tuple[int, int], int], bounds: Iterable[Bound]) -> None:
@@ -577,6 +594,7 @@ class VCubePS:
         state.cube_cache = cube
         # learned_at stays empty: an oracle subscription was "learned" before any
         # publication, so it bounds nothing (a missing entry reports no Bound).
+        state.preset = True
         if self.id in view:
             state.subscribed = state.confirmed = True
             state.bounds = {}
@@ -840,11 +858,15 @@ class VCubePS:
             raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
         if packet.round in self._pending:
             raise RemoteProtocolError(f"round {packet.round!r} received twice")
+        if isinstance(packet, Uns) and len(packet.predates) > self.config.max_view_entries:
+            raise RemoteProtocolError(f"UNS from {sender} carries too many predates")
         self._check_remote(packet.topic, messages)
         known = self._topics.get(packet.topic)
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
         out: list[Output] = []
+        if fresh and not state.preset:
+            self._note_novel(state, fresh)
         if last_rx is not None:  # something new: the newest round of its stream here
             stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
             # Only then: a relay of an older round, all duplicates, must not
@@ -855,12 +877,17 @@ class VCubePS:
             elif state.relay_unowed:
                 state.relay_unowed.discard(stream)
             state.last_rx[stream] = last_rx
+        new_op = isinstance(packet, Uns) and packet.op.newer_than(state.view.get(packet.op.node))
         if isinstance(packet, Uns):
             out.extend(self._learn(state, packet.op))
+            if packet.predates and state.confirmed:
+                out.extend(self._frontier(state, dict(_bounds_of(packet.predates))))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
         children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
+        if pending.kind == "SYNC" and not new_op:
+            pending.predates = None  # knew this op already: no frontier (_sync_ack)
         if messages and (state.held or (self.config.aggregation and state.confirmed)):
             if not children:
                 out.append(self._ack_for(packet.round, pending))
@@ -1156,6 +1183,78 @@ class VCubePS:
             del out[stream]
         return out
 
+    def _note_novel(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
+        """Mark, per node, the first of ``fresh`` (one stream, in order) that may
+        follow an op of that node this node does not know: it names one, or
+        follows one marked for that node (so marks follow causal chains), or a
+        predecessor that never came here (then for any node, ``ANY_OP``)."""
+        src, inc = fresh[0].id.source, fresh[0].id.incarnation
+        key = _stream_key(src, inc)
+        marks = state.novel.get(key)
+        if marks is not None and ANY_OP in marks:
+            return  # everything from there on is marked already
+        last = state.last_rx.get(key, -1)
+        for msg in fresh:
+            found = self._unknown_ops(state, msg, last)
+            if found:
+                marks = state.novel.setdefault(key, {})
+                for node in found:
+                    marks.setdefault(node, msg.id.seq)
+                if ANY_OP in found:
+                    return
+            last = msg.id.seq
+
+    def _unknown_ops(self, state: _Topic, msg: PubMessage, last: int) -> set[int]:
+        """The nodes of ops ``msg`` may follow that this node does not know."""
+        if msg.prev > last:
+            return {ANY_OP}  # its predecessor never came here
+        found: set[int] = set()
+        view, me = state.view, self.id
+        for o in msg.op_deps:
+            e = view.get(o.source)
+            if (e is None or (e.incarnation, e.rc) < (o.incarnation, o.seq)) and o.source != me:
+                found.add(o.source)
+        last_rx, novel = state.last_rx, state.novel
+        for d in msg.deps:
+            k = d.source if d.incarnation == 0 else (d.source, d.incarnation)
+            if d.seq > last_rx.get(k, -1):
+                return {ANY_OP}
+            marks = novel.get(k) if novel else None
+            if marks:
+                found.update(n for n, first in marks.items() if d.seq >= first)
+        return found
+
+    def _sync_frontier(self, state: _Topic, newcomer: int) -> dict[tuple[int, int], int]:
+        """What an announce to or from ``newcomer``, or its ACK, tells it: per
+        stream, one past the newest publication received here, stopped at the
+        first that may follow an op of ``newcomer`` this node did not know when
+        it came (:meth:`_note_novel`).
+
+        Invariant (why none of it is owed to the newcomer): it is taken while
+        this node does not know the newcomer's op (an ACK only if the
+        announce taught it; an announce only if this node holds no entry of
+        the newcomer's life).  A publication owed there was made by a source
+        that knew the op, so it follows, through a chain of direct
+        predecessors, one that names the op; at each link this node either
+        lacked the predecessor or marked it, so the mark stops the frontier
+        before it.  This node's own publications and skipped ones are left
+        out (its bound says more; what it skipped is not known here)."""
+        out: dict[tuple[int, int], int] = {}
+        if state.preset:
+            return out  # no marks kept: nothing provably not owed
+        novel = state.novel
+        for key, seq in state.last_rx.items():
+            stream = _stream_of(key)
+            if stream[0] == self.id:
+                continue
+            first = seq + 1
+            marks = novel.get(key)
+            if marks:
+                first = min(first, marks.get(newcomer, first), marks.get(ANY_OP, first))
+            if first > 0:
+                out[stream] = first
+        return out
+
     def _sync_ack(self, rid: RoundId, pending: _Pending) -> Send:
         """ACK an announce with this node's entry and, if it published, its bound
         for the announcer (:meth:`_sync_bound`), as a SUB round's ACK would have."""
@@ -1169,7 +1268,19 @@ class VCubePS:
         # learned of the announcer went elsewhere, and the announcer may know
         # the subscription it ends (from another node's view).
         own = state.view.get(self.id)
-        return Send(pending.parent, Ack(rid, pending.topic, (own,) if own else (), bounds))
+        frontier = {}
+        if pending.predates is not None:  # this announce taught the op
+            frontier = self._sync_frontier(state, pending.ids[0].source)
+        return Send(
+            pending.parent,
+            Ack(
+                rid,
+                pending.topic,
+                (own,) if own else (),
+                bounds,
+                tuple(Bound(n, i, b) for (n, i), b in frontier.items()),
+            ),
+        )
 
     def _sync_bound(self, state: _Topic, announced: MsgId) -> int:
         """The first of this node's publications not known to have reached the
@@ -1288,7 +1399,12 @@ class VCubePS:
             if self._known_dead(head.dest):
                 return [], pend  # completes at once: nobody to wait for
             pend.waiting.add(head.dest)
-            return [(head.dest, Uns(rid, name, own, ()))], pend
+            known = state.view.get(head.dest)
+            frontier = {}  # only while this node cannot know the newcomer's op
+            if known is None or known.incarnation < self._life.get(head.dest, 0):
+                frontier = self._sync_frontier(state, head.dest)
+            predates = tuple(Bound(n, i, b) for (n, i), b in frontier.items())
+            return [(head.dest, Uns(rid, name, own, (), predates))], pend
         children: list[tuple[int, Packet]]
         if isinstance(head, ViewEntry):
             children = [(c, Uns(rid, name, head, share)) for c, share in dests]
@@ -1387,6 +1503,8 @@ class VCubePS:
             if pending.dest not in state.syncing:
                 return out  # the SUB round of this op is still to come
             return out + self._sync_before_confirm(state, pending)
+        if pending.predates:
+            out.extend(self._frontier(state, pending.predates))
         if not pending.bounds:
             return out
         ready: list[PubMessage] = []
@@ -1402,6 +1520,31 @@ class VCubePS:
         out.extend(self._release(state, ready))
         out.extend(self._unblock_predating(state))
         return out
+
+    def _frontier(self, state: _Topic, predates: dict[tuple[int, int], int]) -> list[Output]:
+        """A member's frontier (:meth:`_sync_frontier`), from the ACK of this
+        node's announce or from an announce it sent here: skipped where no
+        bound came, as a SUB round's ``predates``.
+
+        What makes a subscription confirmed knowing nobody (its SUB round
+        reached nobody) live: a publication owed here that names a publication
+        of a source that died unseen (which never comes) no longer waits.
+
+        A publication held here already is not skipped (the frontier stops at
+        the oldest held one of its stream): skipping under it would release
+        its successors first, out of order."""
+        held: dict[tuple[int, int], int] = {}
+        for m in state.buffer.items():
+            k = (m.id.source, m.id.incarnation)
+            held[k] = min(held.get(k, m.id.seq), m.id.seq)
+        ready: list[PubMessage] = []
+        for stream, frontier in predates.items():
+            first = min(frontier, held.get(stream, frontier))
+            if stream in state.bounds or first <= state.predates.get(stream, 0):
+                continue
+            state.predates[stream] = first
+            ready.extend(state.buffer.advance(stream[0], stream[1], first - 1))
+        return self._release(state, ready)
 
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
         """An announce sent for :meth:`_unreached` came back: its bound counts as a

@@ -99,12 +99,16 @@ class Sub:
 
 @dataclass(frozen=True, slots=True)
 class Uns:
-    """UNS: an unsubscription, spread on the subscriber-only tree like PUB."""
+    """UNS: an unsubscription, spread on the subscriber-only tree like PUB.
+
+    Also an *announce* (a subscribed op, no ``dests``: ``VCubePS.joined``),
+    which carries the announcer's ``predates`` (as :attr:`Ack.predates`)."""
 
     round: RoundId
     topic: str
     op: ViewEntry
     dests: tuple[int, ...]
+    predates: tuple[Bound, ...] = ()
     kind: Literal["UNS"] = "UNS"
 
 
@@ -163,5 +167,5 @@ def wire_size(packet: Packet) -> int:
     if isinstance(packet, Sub):
         return head + 8
     if isinstance(packet, Uns):
-        return head + 8 + ID_BYTES * len(packet.dests)
+        return head + 8 + ID_BYTES * len(packet.dests) + 8 * len(packet.predates)
     return head + 8 * (len(packet.view) + len(packet.bounds) + len(packet.predates))

@@ -16,6 +16,7 @@ from p2p.machine._machine import (
     SendControl,
     SendExchange,
     Stalled,
+    Superseded,
     SuspicionCorrected,
     Verify,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "SendControl",
     "SendExchange",
     "Stalled",
+    "Superseded",
     "SuspicionCorrected",
     "Verify",
 ]

@@ -39,6 +39,7 @@ from vcube import (
     Detector,
     DetectorConfig,
     DetectorOutput,
+    Entry,
     Hypercube,
     Joined,
     Left,
@@ -76,7 +77,9 @@ class SendExchange:
 @dataclass(frozen=True, slots=True)
 class MemberUp:
     """``node`` joined this node's view as ``incarnation`` (``reason``:
-    ``discovered`` or ``restarted``).  The core already knows it."""
+    ``discovered`` or ``restarted``), or, up already, is now ``incarnation``
+    (``restarted``: a connection to its old life must not carry more).  The
+    core already knows it."""
 
     node: int
     incarnation: int
@@ -117,6 +120,18 @@ class Reincarnated:
 
 
 @dataclass(frozen=True, slots=True)
+class Superseded:
+    """Another process runs this node's identity as the newer ``incarnation``,
+    alive (the detector holds it unsuspected): the identity was started twice
+    (a copied node directory).  The newest start keeps it; this machine stops
+    acting (no reincarnation above it, which would start a leapfrog of
+    restarts, nor probes or accusations) and the driver should stop the node
+    with an error.  Reported once."""
+
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stalled:
     """The driver handled the timer ``lag`` seconds late (this process was not
     running): ``moved`` probes were given more time instead of accusing others
@@ -138,6 +153,7 @@ MachineOutput = (
     | MemberDown
     | SuspicionCorrected
     | Reincarnated
+    | Superseded
     | Stalled
     | RoundStarted
 )
@@ -238,6 +254,8 @@ class NodeMachine:
         self._next_round: float | None = None
         self._armed: float | None = None
         self._leaving = False
+        self.superseded: int | None = None
+        """The newer incarnation of this id another process runs (:class:`Superseded`)."""
         self.core = make_core(incarnation)
         for node, inc in sorted((members or {}).items()):
             self._admit(node, inc, now)
@@ -353,12 +371,25 @@ class NodeMachine:
         """An oracle's verdict: ``node`` is back as ``inc``."""
         return self._up(node, inc, "restarted", now)
 
+    def newer_life_notice(self, node: int) -> Push | None:
+        """What to tell a process that still runs ``node``'s previous life while
+        the detector holds a newer one alive: this node's entry for ``node``,
+        as a push.  A superseded process (the identity started twice) reads
+        there that a newer start of its id is alive (:class:`Superseded`); a
+        dead one reads nothing.  ``None`` without a detector or entry."""
+        det = self.detector
+        held = None if det is None else det.entry(node)
+        if det is None or held is None or held[1] & 1:
+            return None
+        entry = Entry(node, *held)
+        return Push(incarnation=self.incarnation, version=det.version, entries=(entry,))
+
     def hint(self, node: int, now: float) -> Out:
         """A hint that ``node`` may be gone (its connection broke and re-dialling
         failed, a discovery goodbye): the detector probes it now.  Only
         unanswered probes make a suspicion."""
         det = self.detector
-        if det is None or self._leaving:
+        if det is None or self._leaving or self.superseded is not None:
             return []
         out = self._flush(now)
         return out + self._on_detector(det.probe_now(node, now), now)
@@ -451,10 +482,10 @@ class NodeMachine:
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` is next due (``None``: no detector, rounds
-        not started, or leaving).  The driver re-reads it after every input: a
+        not started, leaving, or superseded).  The driver re-reads it after every input: a
         hint may move it earlier."""
         det, next_round = self.detector, self._next_round
-        if det is None or next_round is None or self._leaving:
+        if det is None or next_round is None or self._leaving or self.superseded is not None:
             self._armed = None
             return None
         due = det.deadline()
@@ -467,7 +498,7 @@ class NodeMachine:
         whose deadline passed expire.  A timer handled late means this
         process stalled: :class:`Stalled`."""
         det, next_round = self.detector, self._next_round
-        if det is None or next_round is None or self._leaving:
+        if det is None or next_round is None or self._leaving or self.superseded is not None:
             return []
         out: Out = []
         armed, self._armed = self._armed, None
@@ -522,8 +553,8 @@ class NodeMachine:
                 out += self._down(o.node, o.incarnation, "left", now)
             elif isinstance(o, Corrected):
                 out.append(SuspicionCorrected(o.node))
-            elif isinstance(o, SelfSuspected) and o.incarnation >= self.incarnation:
-                out += self._reincarnate(o.incarnation, now)
+            elif isinstance(o, SelfSuspected):
+                out += self._suspected_self(o, now)
             elif isinstance(o, Reported):
                 # Not a member here, but another node's view may still name it.
                 out += self._down(o.node, o.incarnation, "reported", now)
@@ -534,12 +565,15 @@ class NodeMachine:
         (which treats older incarnations as crashed and announces subscriptions)."""
         if inc <= self.dead.get(node, -1) or inc < self.incs.get(node, 0):
             return []
+        before = self.incs.get(node)
         self.incs[node] = inc
         out: Out = []
         if node not in self.alive:
             self.alive.add(node)
             self._overlay_changed()
             out.append(MemberUp(node, inc, reason))
+        elif before is not None and inc > before:
+            out.append(MemberUp(node, inc, "restarted"))
         out += self.core.joined(node, inc, now)
         return out
 
@@ -561,6 +595,21 @@ class NodeMachine:
     def _overlay_changed(self) -> None:
         self._version += 1
         self.core.set_overlay(self._overlay(self.members(), self._version))
+
+    def _suspected_self(self, o: SelfSuspected, now: float) -> Out:
+        """Someone holds a newer entry about this node's id.  This incarnation
+        suspected, or a newer one that is itself suspected (an earlier life of
+        this id, newer only because the clock stepped back before the
+        restart): come back above it.  A newer one held *alive* is another
+        process with this identity: :class:`Superseded`, once."""
+        if self.superseded is not None:
+            return []
+        if o.incarnation > self.incarnation and not o.counter & 1:
+            self.superseded = o.incarnation
+            return [Superseded(o.incarnation)]
+        if o.incarnation >= self.incarnation:
+            return self._reincarnate(o.incarnation, now)
+        return []
 
     def _reincarnate(self, above: int, now: float) -> Out:
         """Others treat this incarnation as crashed: restart the core as a new one.
@@ -597,6 +646,7 @@ __all__ = [
     "SendControl",
     "SendExchange",
     "Stalled",
+    "Superseded",
     "SuspicionCorrected",
     "Verify",
 ]

@@ -20,10 +20,10 @@ from p2p._identity import (
     load_node,
     write_atomic,
 )
-from p2p._nodecli import add_parser as add_node_parser
-from p2p._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
-from p2p._shutdown import run_cli
+from p2p.cli._nodecli import add_parser as add_node_parser
+from p2p.cli._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
+from p2p.cli._shutdown import run_cli
 from p2p.sim import (
     AGGREGATION,
     DETECTOR,

@@ -51,8 +51,8 @@ from p2p._node import (
     Subscription,
     open_node,
 )
-from p2p._shutdown import Shutdown, graceful
 from p2p._transport import parse_address, verified_peer
+from p2p.cli._shutdown import Shutdown, graceful
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
@@ -258,6 +258,8 @@ async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) ->
         stats = node.stats
         with stop.scope:
             await _node_body(node, args, counts)
+        # Publications still waiting for a predecessor when the node stops.
+        stats = {**stats, "held_back": sum(node.core.held_back(t) for t in node.machine.topics)}
     _say(args, f"stopped: {counts['delivered']} deliveries; {_troubles(stats)}")
     return stop.exit_code
 
@@ -274,6 +276,7 @@ _TROUBLES = (
     "frames_resent",
     "rejected_connections",
     "malformed_payload",
+    "held_back",
 )
 
 
