@@ -806,28 +806,85 @@ def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
     return out
 
 
+IMPORT_CODES = {
+    "python": "pass",
+    "ours": "import p2p._node",
+    "ours_with_zeroconf": "import p2p._node, zeroconf",
+    "ours_package": "import p2p",
+    "zmq": "import zmq",
+    "zenoh": "import zenoh",
+}
+"""What ``import`` times: ``p2p._node`` is what ``from p2p import open_node`` loads;
+``import p2p`` alone loads the runtime lazily, on first use of one of its names."""
+
+
 def import_times(repeat: int) -> dict[str, Any]:
     """Fastest of ``repeat`` wall times of ``python -c "import X"`` per library (the least
-    disturbed by other load), and the same net of the bare interpreter's."""
-    codes = {
-        "python": "pass",
-        "ours": "import p2p._node",
-        "ours_with_zeroconf": "import p2p._node, zeroconf",
-        "zmq": "import zmq",
-        "zenoh": "import zenoh",
+    disturbed by other load), and the same net of the bare interpreter's: with the
+    workers' bytecode (:func:`use_bytecode_cache`), and, for ours, compiled from
+    source every time (``source_net_s``: no ``.pyc`` of ours anywhere, as in an
+    environment with ``PYTHONDONTWRITEBYTECODE=1``)."""
+    source_env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    source_env["PYTHONDONTWRITEBYTECODE"] = "1"
+    runs: dict[str, tuple[str, dict[str, str] | None]] = {
+        key: (code, None) for key, code in IMPORT_CODES.items()
     }
-    times: dict[str, list[float]] = {k: [] for k in codes}
+    runs.update({f"source_{k}": (IMPORT_CODES[k], source_env) for k in ("python", "ours")})
+    times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeat):
-        for key, code in codes.items():
+        for key, (code, env) in runs.items():
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+            subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
             times[key].append(time.perf_counter() - t0)
     best = {k: min(v) for k, v in times.items()}
     return {
         "wall_s": best,
-        "net_s": {k: v - best["python"] for k, v in best.items() if k != "python"},
+        "net_s": {
+            k: v - best["python"]
+            for k, v in best.items()
+            if k != "python" and not k.startswith("source_")
+        },
+        "source_net_s": {"ours": best["source_ours"] - best["source_python"]},
         "all_s": times,
     }
+
+
+WARM_MODULES = ("p2p._node", "zeroconf", "bench._runtime_workers", "psutil", "zmq", "zenoh")
+"""What :func:`use_bytecode_cache` compiles before the first measurement."""
+
+
+def use_bytecode_cache(cache: Path) -> None:
+    """Make this process's children read and write bytecode in ``cache``, and fill it.
+
+    An installed package has the ``.pyc`` files of its modules (``pip install``
+    writes them), and so have the baselines' (compiled extensions, or pure-Python
+    modules with their ``.pyc``); a checkout run with ``PYTHONDONTWRITEBYTECODE=1``
+    compiles ours from source in every process.  So the workers and the import
+    timings run with ``PYTHONPYCACHEPREFIX`` set to a cache of this run, compiled
+    once here before anything is measured.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
+    code = (
+        "import importlib, contextlib\n"
+        f"for m in {WARM_MODULES!r}:\n"
+        "    with contextlib.suppress(ImportError):\n"
+        "        importlib.import_module(m)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def build_kind() -> dict[str, Any]:
+    """Which build of the library runs: ``pure`` (Python source) or ``mypyc`` (its typed
+    cores compiled to extension modules), and the file of each core module."""
+    import importlib.util
+
+    files = {}
+    for name in ("topics._core", "causal._buffer", "causal._barrier", "p2p._wire", "p2p._node"):
+        spec = importlib.util.find_spec(name)
+        files[name] = None if spec is None else spec.origin
+    compiled = any(f and not f.endswith(".py") for f in files.values())
+    return {"kind": "mypyc" if compiled else "pure", "modules": files}
 
 
 # ----------------------------------------------------------------- the run
@@ -1196,6 +1253,15 @@ def table(res: dict[str, Any], imports: dict[str, Any] | None, markdown: bool = 
         rows.append(("  with zeroconf (what an mDNS node loads)",
                      [f"{1000 * net['ours_with_zeroconf']:.0f}" if s == "ours" else "-"
                       for s in systems]))  # fmt: skip
+        if "ours_package" in net:
+            rows.append(("  `import p2p` (the runtime loads on first use)",
+                         [f"{1000 * net['ours_package']:.0f}" if s == "ours" else "-"
+                          for s in systems]))  # fmt: skip
+        source = imports.get("source_net_s", {})
+        if "ours" in source:
+            rows.append(("  compiled from source every time (no .pyc of ours)",
+                         [f"{1000 * source['ours']:.0f}" if s == "ours" else "-"
+                          for s in systems]))  # fmt: skip
     if markdown:
         lines = [
             "| workload | " + " | ".join(systems) + " |",
@@ -1343,6 +1409,7 @@ def machine_info() -> dict[str, Any]:
     info["platform"] = platform.platform()
     info["loadavg_start"] = os.getloadavg()
     info["versions"] = _versions()
+    info["build"] = build_kind()
     return info
 
 
@@ -1398,6 +1465,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="telemetry: seconds per telemetry window (default: the node's, 10)",
     )
     p.add_argument(
+        "--bytecode",
+        choices=("cached", "source"),
+        default="cached",
+        help="cached (default): every process reads bytecode compiled once for the run, as "
+        "an installed package does; source: as the environment says (with "
+        "PYTHONDONTWRITEBYTECODE=1, ours is compiled from source in every process)",
+    )
+    p.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -1442,11 +1517,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[PROFILE_ENV] = str(args.profile.resolve())
     started = time.perf_counter()
     info = machine_info()
+    print(f"  build: {info['build']['kind']}", file=sys.stderr, flush=True)
     imports = None
-    if "import" in only:
-        print("  import times ...", file=sys.stderr, flush=True)
-        imports = import_times(settings.import_repeat)
     with tempfile.TemporaryDirectory(prefix="bench-runtime-") as tmp:
+        if args.bytecode == "cached":
+            use_bytecode_cache(Path(tmp) / "pycache")
+        if "import" in only:
+            print("  import times ...", file=sys.stderr, flush=True)
+            imports = import_times(settings.import_repeat)
         bench = Bench(settings, Path(tmp))
         try:
             res = run_all(bench, systems, only)
@@ -1478,6 +1556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "total_s": time.perf_counter() - started,
         "machine": info,
         "discovery": "mDNS on 127.0.0.1 (ours); static TCP endpoints (zmq, zenoh)",
+        "bytecode": args.bytecode,
         "settings": asdict(settings),
         "imports": imports,
         "results": res,

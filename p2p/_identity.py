@@ -30,6 +30,7 @@ reason; nothing here raises a bare ``OSError`` or ``ValueError``.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import errno
 import fcntl
@@ -45,7 +46,6 @@ from typing import Any, Literal
 
 import cbor2
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from p2p._errors import AuthenticationError, IdentityError, IdentityInUseError, SecurityError
@@ -126,7 +126,7 @@ def node_id_of(public_key: bytes) -> int:
 def raw_public(key: Ed25519PrivateKey | Ed25519PublicKey) -> bytes:
     """The raw 32-byte encoding of an Ed25519 public key."""
     pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return pub.public_bytes_raw()
 
 
 def ed25519_public(raw: bytes, error: type[SecurityError], what: str) -> Ed25519PublicKey:
@@ -413,8 +413,20 @@ def _read(path: Path, *, secret: bool) -> bytes:
         raise IdentityError(f"{path}: cannot read ({exc.strerror})") from None
 
 
+_PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")
+"""DER of an Ed25519 PKCS#8 private key up to its 32-byte seed (RFC 8410): what
+:func:`_pem` writes, read back without cryptography's serialization module."""
+
+
 def _load_private_key(path: Path) -> Ed25519PrivateKey:
     data = _read(path, secret=True)
+    fast = _ed25519_pem_seed(data)
+    if fast is not None:
+        return fast
+    # Anything else (or anything odd) goes to cryptography's parser, which is
+    # imported only here: it costs ~10 ms of import (its SSH and PKCS#12 code).
+    from cryptography.hazmat.primitives import serialization
+
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError):
@@ -424,7 +436,25 @@ def _load_private_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
+def _ed25519_pem_seed(data: bytes) -> Ed25519PrivateKey | None:
+    """The key of a PEM file exactly as :func:`_pem` writes it, else ``None``."""
+    lines = data.strip().split(b"\n")
+    if len(lines) != 3 or lines[0] != b"-----BEGIN PRIVATE KEY-----":
+        return None
+    if lines[2] != b"-----END PRIVATE KEY-----":
+        return None
+    try:
+        der = binascii.a2b_base64(lines[1], strict_mode=True)
+    except binascii.Error:
+        return None
+    if len(der) != len(_PKCS8_ED25519) + 32 or not der.startswith(_PKCS8_ED25519):
+        return None
+    return Ed25519PrivateKey.from_private_bytes(der[len(_PKCS8_ED25519) :])
+
+
 def _pem(key: Ed25519PrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization  # see _load_private_key
+
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

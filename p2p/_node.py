@@ -49,7 +49,7 @@ import struct
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
@@ -336,14 +336,20 @@ class Subscription:
         self._capacity = capacity
         self._closed = False
         self._waiting = trio.lowlevel.ParkingLot()
+        self._parked = False
+        """Whether a reader may be parked in ``_waiting``: set before parking, cleared
+        only by waking them all (cheaper to test per delivery than the lot itself)."""
         self._streak = 0
 
     def _put(self, item: Delivery) -> bool:
-        """Queue ``item`` (no checkpoint); ``False`` if the queue is full."""
+        """Queue ``item`` (no checkpoint); ``False`` if the queue is full.
+
+        :meth:`Node._deliver` does the same inline (the hot path)."""
         if len(self._queue) >= self._capacity:
             return False
         self._queue.append(item)
-        if self._waiting:
+        if self._parked:
+            self._parked = False
             self._waiting.unpark_all()
         return True
 
@@ -381,6 +387,7 @@ class Subscription:
         while not queue:
             if self._closed:
                 raise trio.EndOfChannel
+            self._parked = True
             await self._waiting.park()
         self._streak = 0
         return queue.popleft()
@@ -388,6 +395,21 @@ class Subscription:
 
 DELIVERY_BATCH = 64
 """Deliveries :meth:`Subscription.receive` hands out between two schedule points."""
+
+PUBLISH_BATCH = 32
+"""Publications :meth:`Node.publish` and :meth:`Node.publish_many` accept between
+two schedule points (and the most ``publish_many`` dispatches at once).  Without
+them a publisher looping flat out holds the trio loop for as long as its loop
+runs (up to a whole queue of rounds), while the round its last ACK wave
+released waits for the link writers."""
+
+
+def _published_id(out: list[Output]) -> MsgId:
+    """The id in the :class:`~topics.Published` among a publication's outputs."""
+    first = out[0] if out else None
+    if type(first) is Published:  # where the core puts it
+        return first.id
+    return next(o.id for o in out if isinstance(o, Published))
 
 
 TraceHook = Callable[[str, str, int | None, int | None, int], None]
@@ -817,6 +839,9 @@ class Node:
         self._arrived: MsgId | None = None
         """The last publication received in this batch, not yet delivered nor in
         ``_received_at``: most are delivered next, with no dict write at all."""
+        self._streak = 0
+        """Publications accepted since the last schedule point of :meth:`publish` or
+        :meth:`publish_many` (one every :data:`PUBLISH_BATCH`)."""
         self._now = 0.0
         """The current batch's clock (:meth:`_handle`, when recording)."""
         self._wall_offset = 0.0
@@ -872,8 +897,71 @@ class Node:
 
     async def publish(self, topic: str, payload: bytes, *, wait_acked: bool = False) -> MsgId:
         """Publish on ``topic`` (subscribe first).  Returns once accepted or, with
-        ``wait_acked``, once every current subscriber has it (the ACK wave)."""
+        ``wait_acked``, once every current subscriber has it (the ACK wave).
+
+        Not a cancellation point unless it waits (``wait_acked``, or for room
+        with ``overflow="backpressure"``); a schedule point every
+        :data:`PUBLISH_BATCH` publications, so a loop of publications lets the
+        node's own tasks (the link writers sending the round just started) run."""
         self._check_open()
+        self._check_payload(payload)
+        if self.config.overflow == "backpressure":
+            await self._wait_for_room()
+        now = trio.current_time()
+        out = self.machine.publish(topic, _STAMP.pack(time.time()) + payload, now)
+        mid = _published_id(out)
+        acked: trio.Event | None = None
+        if wait_acked:
+            acked = self._acked[mid] = trio.Event()
+        self._handle(out, now)
+        self._streak += 1
+        if self._streak >= PUBLISH_BATCH:
+            self._streak = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()  # accepted: never raises now
+        if acked is not None:
+            await acked.wait()
+        return mid
+
+    async def publish_many(self, topic: str, payloads: Iterable[bytes]) -> list[MsgId]:
+        """Publish each of ``payloads`` on ``topic``, in order, as :meth:`publish` would
+        one by one, for less per publication: one clock read and one dispatch of
+        the core's outputs per :data:`PUBLISH_BATCH` publications, which share
+        their publish-time stamp.  Returns their ids.
+
+        Every payload is checked before the first is published, so a bad one
+        publishes nothing; with ``overflow="backpressure"`` it waits for room
+        once, before the first.  After that it is not a cancellation point: it
+        publishes them all (or raises the core's error, e.g. the topic's queue
+        is full, with the publications before it published).  Like
+        :meth:`publish`, it lets other tasks run every :data:`PUBLISH_BATCH`
+        publications, counted across both methods' calls."""
+        self._check_open()
+        items = list(payloads)
+        for payload in items:
+            self._check_payload(payload)
+        if self.config.overflow == "backpressure":
+            await self._wait_for_room()
+        ids: list[MsgId] = []
+        for start in range(0, len(items), PUBLISH_BATCH):
+            self._check_open()
+            now = trio.current_time()
+            stamp = _STAMP.pack(time.time())
+            out: list[Output] = []
+            try:
+                for payload in items[start : start + PUBLISH_BATCH]:
+                    more = self.machine.publish(topic, stamp + payload, now)
+                    ids.append(_published_id(more))
+                    out += more
+            finally:  # what was accepted before an error is carried out all the same
+                self._handle(out, now)
+            self._streak += min(PUBLISH_BATCH, len(items) - start)
+            if self._streak >= PUBLISH_BATCH:
+                self._streak = 0
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        return ids
+
+    def _check_payload(self, payload: object) -> None:
+        """Raise unless ``payload`` is bytes of at most ``max_payload`` (a local misuse)."""
         if not isinstance(payload, bytes | bytearray):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if len(payload) > self.config.pubsub.max_payload:
@@ -881,22 +969,6 @@ class Node:
                 f"payload of {len(payload)} bytes exceeds the limit of "
                 f"{self.config.pubsub.max_payload} bytes (PubSubConfig.max_payload)"
             )
-        if self.config.overflow == "backpressure":
-            await self._wait_for_room()
-        now = trio.current_time()
-        out = self.machine.publish(topic, _STAMP.pack(time.time()) + payload, now)
-        first = out[0] if out else None
-        if type(first) is Published:  # where the core puts it
-            mid = first.id
-        else:
-            mid = next(o.id for o in out if isinstance(o, Published))
-        acked: trio.Event | None = None
-        if wait_acked:
-            acked = self._acked[mid] = trio.Event()
-        self._handle(out, now)
-        if acked is not None:
-            await acked.wait()
-        return mid
 
     async def _wait_for_room(self) -> None:
         """Wait while some peer's outbox is over half full (``overflow="backpressure"``)."""
@@ -1064,7 +1136,8 @@ class Node:
         self._link(dest).put(packets)
 
     def _on_published(self, o: Published) -> None:
-        self._trace_event("publish", o.topic, o.id.source, o.id.seq, o.id.incarnation)
+        if self._trace is not None:
+            self._trace("publish", o.topic, o.id.source, o.id.seq, o.id.incarnation)
         if self.recorder is not None:
             self.recorder.published(o.topic)
             self._published_at[o.id] = self._now
@@ -1104,10 +1177,17 @@ class Node:
         sub = self._subs.get(d.topic)
         if sub is None:
             return
-        item = _new_delivery(d.topic, source, incarnation, seq, payload[_STAMP_SIZE:], d.own, stamp)
-        if not sub._put(item):
+        queue = sub._queue  # Subscription._put, inlined: once per delivery
+        if len(queue) >= sub._capacity:
             sub.dropped += 1
             log.error("subscription %r is not being read: delivery dropped", d.topic)
+            return
+        queue.append(
+            _new_delivery(d.topic, source, incarnation, seq, payload[_STAMP_SIZE:], d.own, stamp)
+        )
+        if sub._parked:
+            sub._parked = False
+            sub._waiting.unpark_all()
 
     def _trace_event(
         self, event: str, topic: str, source: int | None, seq: int | None, inc: int | None = None
