@@ -531,18 +531,18 @@ def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
 # (``VCubePS._sync_frontier``); each failed before.
 
 
+def _flips(node: int, subs: int) -> Script:
+    """``subs`` SUB lines of ``node`` at t=0 with an UNS between each two (the
+    opening churn of the one-way property's scripts)."""
+    return [(0.0, a, node, "t") for a in ["SUB", "UNS"] * (subs - 1) + ["SUB"]]
+
+
 def test_a_lonely_subscriber_is_owed_a_publication_that_names_a_dead_stream() -> None:
     """Verify profile, seed 455: node 8 comes back and subscribes knowing
     nobody; node 1 had crashed before; node 2's publication (owed to node 8,
     whom it knows) names node 1's seq 1, so it was never delivered."""
     script = [
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
+        *_flips(0, 4),
         (0.0, "SUB", 2, "t"),
         (0.0, "SUB", 5, "t"),
         (0.0, "SUB", 6, "t"),
@@ -641,19 +641,7 @@ def test_a_frontier_does_not_skip_a_publication_held_here() -> None:
     n4, n5 = 8_709_371_129_873_690_708, 1_663_341_875_487_337_577
     ids = [0, hi, n2, 94, n3, n4, n5]
     script = [
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
-        (0.0, "UNS", 0, "t"),
-        (0.0, "SUB", 0, "t"),
+        *_flips(0, 7),
         (0.0, "CRASH", hi, ""),
         (0.0, "SUB", 94, "t"),
         (0.0, "UNS", 0, "t"),
