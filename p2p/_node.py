@@ -1681,13 +1681,11 @@ class Node:
         unmet = [a for n, a in self._seeded.items() if n not in self._alive and n not in self._dead]
         if self.detector is None or not unmet:
             return
+        leave = Leave(self.incarnation)
         with trio.move_on_after(self.config.drain_timeout):
             async with trio.open_nursery() as nursery:
                 for host, port in unmet:
-                    nursery.start_soon(self._send_leave, host, port)
-
-    async def _send_leave(self, host: str, port: int) -> None:
-        await self._send_control_once(host, port, Leave(self.incarnation))
+                    nursery.start_soon(self._send_control_once, host, port, leave)
 
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():

@@ -387,21 +387,23 @@ def _dead_stream(key: StreamKey, node: int, incarnation: int) -> bool:
     return source == node and inc <= incarnation
 
 
-def _merge_bounds(state: _Topic, bounds: dict[tuple[int, int], int]) -> None:
-    """Take ``bounds`` into the subscription's; the larger first-owned wins."""
-    for key, first in bounds.items():
-        state.bounds[key] = max(state.bounds.get(key, 0), first)
+def _merge_max(
+    into: dict[tuple[int, int], int], firsts: Iterable[tuple[tuple[int, int], int]]
+) -> None:
+    """Take ``(stream, first)`` pairs (bounds, or predates) into ``into``: per
+    stream the larger first-owned wins."""
+    for key, first in firsts:
+        into[key] = max(into.get(key, 0), first)
 
 
 def _bounds_of(bounds: Iterable[Bound]) -> Iterable[tuple[tuple[int, int], int]]:
+    """The ``(stream, first)`` pairs of wire :class:`Bound` s."""
     return (((b.node, b.incarnation), b.first_owned) for b in bounds)
 
 
-def _merge_into(into: dict[tuple[int, int], int], bounds: Iterable[Bound]) -> None:
-    """Gather an ACK's bounds (or predates) into a round's: the larger wins."""
-    for b in bounds:
-        key = (b.node, b.incarnation)
-        into[key] = max(into.get(key, 0), b.first_owned)
+def _as_bounds(firsts: dict[tuple[int, int], int]) -> tuple[Bound, ...]:
+    """The wire :class:`Bound` s of ``(stream, first)`` pairs (:func:`_bounds_of` reversed)."""
+    return tuple(Bound(n, i, b) for (n, i), b in firsts.items())
 
 
 def _held_through(state: _Topic, oldest: PubMessage, bound: int) -> bool:
@@ -880,8 +882,9 @@ class VCubePS:
             elif state.relay_unowed:
                 state.relay_unowed.discard(stream)
             state.last_rx[stream] = last_rx
-        new_op = isinstance(packet, Uns) and packet.op.newer_than(state.view.get(packet.op.node))
+        new_op = False  # an announce that teaches this node the op (see _sync_ack)
         if isinstance(packet, Uns):
+            new_op = packet.op.newer_than(state.view.get(packet.op.node))
             out.extend(self._learn(state, packet.op))
             if packet.predates and state.confirmed and state.lonely:
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates))))
@@ -1150,8 +1153,8 @@ class VCubePS:
                 rid,
                 pending.topic,
                 tuple(merged.values()),
-                tuple(Bound(n, i, b) for (n, i), b in bounds.items()),
-                tuple(Bound(n, i, b) for (n, i), b in predates.items()),
+                _as_bounds(bounds),
+                _as_bounds(predates),
             ),
         )
 
@@ -1219,7 +1222,7 @@ class VCubePS:
                 found.add(o.source)
         last_rx, novel = state.last_rx, state.novel
         for d in msg.deps:
-            k = d.source if d.incarnation == 0 else (d.source, d.incarnation)
+            k = _stream_key(d.source, d.incarnation)
             if d.seq > last_rx.get(k, -1):
                 return {ANY_OP}
             marks = novel.get(k) if novel else None
@@ -1281,7 +1284,7 @@ class VCubePS:
                 pending.topic,
                 (own,) if own else (),
                 bounds,
-                tuple(Bound(n, i, b) for (n, i), b in frontier.items()),
+                _as_bounds(frontier),
             ),
         )
 
@@ -1320,9 +1323,9 @@ class VCubePS:
                 if entry.newer_than(pending.view.get(entry.node)):
                     pending.view[entry.node] = entry
         if pending.bounds is not None:
-            _merge_into(pending.bounds, packet.bounds)
+            _merge_max(pending.bounds, _bounds_of(packet.bounds))
         if pending.predates is not None and packet.predates:
-            _merge_into(pending.predates, packet.predates)
+            _merge_max(pending.predates, _bounds_of(packet.predates))
         pending.waiting.discard(sender)
         if pending.waiting:
             return []
@@ -1407,8 +1410,7 @@ class VCubePS:
             frontier = {}  # only while this node cannot know the newcomer's op
             if known is None or known.incarnation < self._life.get(head.dest, 0):
                 frontier = self._sync_frontier(state, head.dest)
-            predates = tuple(Bound(n, i, b) for (n, i), b in frontier.items())
-            return [(head.dest, Uns(rid, name, own, (), predates))], pend
+            return [(head.dest, Uns(rid, name, own, (), _as_bounds(frontier)))], pend
         children: list[tuple[int, Packet]]
         if isinstance(head, ViewEntry):
             children = [(c, Uns(rid, name, head, share)) for c, share in dests]
@@ -1461,7 +1463,7 @@ class VCubePS:
             out.extend(self._learn(state, entry))
         own = state.view.get(self.id)
         if state.subscribed and own is not None and own.op_id == pending.ids[0]:
-            _merge_bounds(state, pending.bounds)
+            _merge_max(state.bounds, pending.bounds.items())
             state.predates = pending.predates or {}
             state.syncing = self._unreached(state)
             if not state.syncing:
@@ -1560,7 +1562,7 @@ class VCubePS:
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
         """An announce sent for :meth:`_unreached` came back: its bound counts as a
         SUB round's would; the last one confirms the subscription."""
-        _merge_bounds(state, pending.bounds or {})
+        _merge_max(state.bounds, (pending.bounds or {}).items())
         state.syncing.discard(pending.dest)
         return [] if state.syncing else self._open(state)
 

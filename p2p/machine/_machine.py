@@ -371,6 +371,11 @@ class NodeMachine:
         """An oracle's verdict: ``node`` is back as ``inc``."""
         return self._up(node, inc, "restarted", now)
 
+    @property
+    def _stopped(self) -> bool:
+        """Leaving, or superseded: no more probes, rounds or accusations."""
+        return self._leaving or self.superseded is not None
+
     def newer_life_notice(self, node: int) -> Push | None:
         """What to tell a process that still runs ``node``'s previous life while
         the detector holds a newer one alive: this node's entry for ``node``,
@@ -389,7 +394,7 @@ class NodeMachine:
         failed, a discovery goodbye): the detector probes it now.  Only
         unanswered probes make a suspicion."""
         det = self.detector
-        if det is None or self._leaving or self.superseded is not None:
+        if det is None or self._stopped:
             return []
         out = self._flush(now)
         return out + self._on_detector(det.probe_now(node, now), now)
@@ -485,7 +490,7 @@ class NodeMachine:
         not started, leaving, or superseded).  The driver re-reads it after every input: a
         hint may move it earlier."""
         det, next_round = self.detector, self._next_round
-        if det is None or next_round is None or self._leaving or self.superseded is not None:
+        if det is None or next_round is None or self._stopped:
             self._armed = None
             return None
         due = det.deadline()
@@ -498,7 +503,7 @@ class NodeMachine:
         whose deadline passed expire.  A timer handled late means this
         process stalled: :class:`Stalled`."""
         det, next_round = self.detector, self._next_round
-        if det is None or next_round is None or self._leaving or self.superseded is not None:
+        if det is None or next_round is None or self._stopped:
             return []
         out: Out = []
         armed, self._armed = self._armed, None
