@@ -25,8 +25,11 @@ PUB      ``[0, round, topic, [message, ...], dests]``          <= max_round_mess
 SUB      ``[1, round, topic, op]``
 UNS      ``[2, round, topic, op, dests]``
          or ``[2, round, topic, op, dests, [bound, ...]]`` (an announce's ``predates``)
+         or ``[2, round, topic, op, dests, [bound, ...], [bound, ...]]`` (and ``beyond``)
 ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_entries
          or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...]]`` (``predates``)
+         or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...], [bound, ...]]``
+         (and ``beyond``)
 round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
 op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
@@ -406,22 +409,22 @@ def _e_packet(p: Packet) -> bytes:
         return b"\x84\x01" + _e_round(p.round) + _e_topic(p.topic) + _e_op(p.op)
     if isinstance(p, Uns):
         return (
-            (b"\x86\x02" if p.predates else b"\x85\x02")
+            _e_head(p.predates, p.beyond, 2)
             + _e_round(p.round)
             + _e_topic(p.topic)
             + _e_op(p.op)
             + _e_ints(p.dests)
-            + (_e_bounds(p.predates) if p.predates else b"")
+            + _e_extras(p.predates, p.beyond)
         )
     if isinstance(p, Ack):
         return (
-            (b"\x86\x03" if p.predates else b"\x85\x03")
+            _e_head(p.predates, p.beyond, 3)
             + _e_round(p.round)
             + _e_topic(p.topic)
             + _e_array(len(p.view))
             + b"".join(map(_e_op, p.view))
             + _e_bounds(p.bounds)
-            + (_e_bounds(p.predates) if p.predates else b"")
+            + _e_extras(p.predates, p.beyond)
         )
     raise TypeError(f"not a packet: {type(p).__name__}")
 
@@ -911,15 +914,39 @@ def _scan(body: bytes, max_items: int) -> None:
         raise WireError(f"{end - pos} trailing bytes after the body")
 
 
-def _d_predates(fields: list[object], what: str, limit: int) -> tuple[Bound, ...]:
-    """The optional sixth element of an ACK or UNS: left out when empty, so that
-    every packet has one encoding (an empty one is refused)."""
-    if len(fields) != 6:
-        return ()
+def _e_head(predates: tuple[Bound, ...], beyond: tuple[Bound, ...], tag: int) -> bytes:
+    """An ACK's or UNS's array head: 5 elements, 6 with ``predates``, 7 with ``beyond``."""
+    return bytes((0x85 + (2 if beyond else 1 if predates else 0), tag))
+
+
+def _e_extras(predates: tuple[Bound, ...], beyond: tuple[Bound, ...]) -> bytes:
+    if beyond:
+        return _e_bounds(predates) + _e_bounds(beyond)
+    return _e_bounds(predates) if predates else b""
+
+
+def _d_extras(
+    fields: list[object], what: str, limit: int
+) -> tuple[tuple[Bound, ...], tuple[Bound, ...]]:
+    """The optional sixth and seventh elements of an ACK or UNS (``predates``,
+    ``beyond``): each left out when it and what follows are empty, so that
+    every packet has one encoding (an empty last element is refused)."""
+    if len(fields) == 5:
+        return (), ()
     predates = _d_bounds(fields[5], what + ".predates", limit)
-    if not predates:
-        raise WireError(f"{what}.predates: empty (the 5-element form is the encoding)")
-    return predates
+    if len(fields) == 6:
+        if not predates:
+            raise WireError(f"{what}.predates: empty (the 5-element form is the encoding)")
+        return predates, ()
+    beyond = _d_bounds(fields[6], what + ".beyond", limit)
+    if not beyond:
+        raise WireError(f"{what}.beyond: empty (the 6-element form is the encoding)")
+    return predates, beyond
+
+
+def _extras_size(raw: object) -> int:
+    """How many elements an ACK or UNS array may have: 5, 6 or 7 (checked by ``_array``)."""
+    return len(raw) if type(raw) is list and len(raw) in (6, 7) else 5
 
 
 def _d_bounds(raw: object, what: str, limit: int) -> tuple[Bound, ...]:
@@ -1047,20 +1074,25 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
         _, rid, topic, op = _array(raw, "SUB", 4)
         return Sub(_d_round(rid), _d_topic(topic, lim), _d_op(op, "SUB.op"))
     if tag == _UNS:
-        fields = _array(raw, "UNS", 6 if type(raw) is list and len(raw) == 6 else 5)
+        fields = _array(raw, "UNS", _extras_size(raw))
         rid, topic, op, dests = fields[1:5]
-        predates = _d_predates(fields, "UNS", lim.max_view_entries)
+        predates, beyond = _d_extras(fields, "UNS", lim.max_view_entries)
         return Uns(
-            _d_round(rid), _d_topic(topic, lim), _d_op(op, "UNS.op"), _d_dests(dests, lim), predates
+            _d_round(rid),
+            _d_topic(topic, lim),
+            _d_op(op, "UNS.op"),
+            _d_dests(dests, lim),
+            predates,
+            beyond,
         )
     if tag == _ACK:
-        fields = _array(raw, "ACK", 6 if type(raw) is list and len(raw) == 6 else 5)
+        fields = _array(raw, "ACK", _extras_size(raw))
         rid, topic, view, bounds = fields[1:5]
         n = lim.max_view_entries
         entries = tuple(_d_op(e, "ACK.view[]") for e in _array(view, "ACK.view", limit=n))
-        predates = _d_predates(fields, "ACK", n)
+        predates, beyond = _d_extras(fields, "ACK", n)
         bnds = _d_bounds(bounds, "ACK.bounds", n)
-        return Ack(_d_round(rid), _d_topic(topic, lim), entries, bnds, predates)
+        return Ack(_d_round(rid), _d_topic(topic, lim), entries, bnds, predates, beyond)
     raise WireError(f"packet: unknown type tag {tag}")
 
 

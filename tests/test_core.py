@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -692,6 +693,18 @@ def test_buffer_retires_older_incarnations() -> None:
     assert buf.items() == ["new"]
 
 
+def test_buffer_discards_items_that_are_never_released() -> None:
+    buf: CausalBuffer[str] = CausalBuffer()
+    for name, need in (("a", 2), ("b", 1), ("c", 3)):
+        buf.add(name, [(0, 0, need), (1, 0, need)])
+    assert buf.discard(lambda item: item in "ab") == ["a", "b"]
+    assert buf.items() == ["c"]
+    assert len(buf) == 1
+    assert buf.advance(0, 0, 9) == []  # the discarded ones' waits are passed over
+    assert buf.advance(1, 0, 9) == ["c"]
+    assert buf.discard(lambda item: True) == []
+
+
 def test_barrier_keeps_direct_predecessors_only() -> None:
     a1, b1, c1 = MsgId(1, 0, 1), MsgId(2, 0, 1), MsgId(3, 0, 1)
     op = MsgId(9, 0, 4)
@@ -770,3 +783,33 @@ def test_rounds_awaiting_acknowledgement_are_bounded() -> None:
     with pytest.raises(RemoteProtocolError, match="awaiting"):
         net.cores[2].receive(sub.src, other, 50.0)
     assert snapshot(net.cores[2]) == before
+
+
+def test_a_frontier_mark_follows_a_chain_through_the_members_own_publication() -> None:
+    """Node 0 gets node 2's publication, which names node 3's op, before it
+    knows that op (node 1's copy of the SUB is late): a frontier for node 3
+    must stop there.  Node 0 then publishes after it, and node 1 publishes
+    after node 0's: that one follows node 3's op through node 0's own
+    publication, so node 0's frontier for node 3 stops before it too
+    (``VCubePS._note_own``; without it node 0's own publications carried no
+    marks and the frontier covered node 1's, which may be owed to node 3)."""
+    net = subscribed_net([0, 1, 2, 3], [0, 1, 2])
+    net.subscribe(3)
+
+    def run_unless(held: Callable[[Wire], bool]) -> None:
+        while ready := [k for k, w in enumerate(net.wire) if not held(w)]:
+            net.step(ready[0])
+
+    run_unless(lambda w: w.dst == 0)  # node 1's copy of node 3's SUB waits
+    p2 = net.publish(2)
+    run_unless(lambda w: w.dst == 0 and w.packet.kind == "SUB")
+    net.run()
+    p0 = net.publish(0)
+    run_unless(lambda w: w.dst == 0)
+    p1 = net.publish(1)
+    net.run()
+    assert net.delivered(0) == [p2, p0, p1]
+    core = net.cores[0]
+    first, beyond = core._sync_frontier(core._topics[T], 3)
+    assert first == {(2, 0): p2.seq, (1, 0): p1.seq}
+    assert beyond == {}

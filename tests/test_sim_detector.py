@@ -631,12 +631,12 @@ def test_a_lonely_subscriber_releases_a_hold_on_a_dead_stream() -> None:
     _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)
 
 
-def test_a_frontier_does_not_skip_a_publication_held_here() -> None:
+def test_a_frontier_does_not_release_a_successor_before_a_held_publication() -> None:
     """Found by the one-way property (verify profile, seed 110) in a
     version that skipped everything below a member's frontier: node 0's
     hold of (1, 3) stayed while the frontier released (1, 4), so (1, 3) was
-    delivered after it (FIFO and causal).  The frontier now stops at the
-    oldest publication of its stream held here (``VCubePS._frontier``)."""
+    delivered after it (FIFO and causal).  A held publication the frontier
+    covers is now dropped as skipped (``VCubePS._frontier``)."""
     hi, n2, n3 = 11_400_714_819_323_198_485, 4_354_685_564_936_845_354, 15_755_400_384_260_043_839
     n4, n5 = 8_709_371_129_873_690_708, 1_663_341_875_487_337_577
     ids = [0, hi, n2, 94, n3, n4, n5]
@@ -663,3 +663,135 @@ def test_a_frontier_does_not_skip_a_publication_held_here() -> None:
     ]
     intro = {k: [0] for k in ids[1:]}
     _replay(Simulation(ids, seed=110, detector=FAST, introductions=intro), script)
+
+
+def _one_way_seven(seed: int, tail: Script) -> None:
+    """The one-way property's shape: seven nodes that know only node 0, node 0
+    flipping its subscription at t=0, node 2 subscribing and publishing."""
+    script = [*_flips(0, 3), (0.0, "SUB", 2, "t"), (0.0, "PUB", 2, "t"), *tail]
+    intro = {k: [0] for k in range(1, 7)}
+    _replay(Simulation(list(range(7)), seed=seed, detector=FAST, introductions=intro), script)
+
+
+def _lines(text: str, ids: Sequence[int] | None = None) -> Script:
+    """A script written as ``time;ACTION;node[;topic]`` words (node: an index
+    into ``ids`` if given), as docs/failures.md quotes them."""
+    out: Script = []
+    for word in text.split():
+        time, action, node, *topic = word.split(";")
+        n = int(node) if ids is None else ids[int(node)]
+        out.append((float(time), action, n, topic[0] if topic else ""))
+    return out
+
+
+# The frontier's gaps (verify profile): a member never got a predecessor of a
+# stream, so its frontier stopped there for every newcomer.  A source's first
+# publication after it learnt the newcomer's op went to the newcomer, in a
+# round that completed before the member's next publication of the stream
+# came; so a newcomer that received nothing of the stream takes the frontier
+# past the gaps (``Ack.beyond``, ``VCubePS._frontier``).  Each failed before.
+
+
+def test_a_gap_the_newcomer_never_saw_does_not_stop_a_frontier_causal_order() -> None:
+    """Seed 1 (causal order): node 1 comes back and subscribes knowing nobody;
+    node 0's announce bound makes it skip (0, 5) unseen, and (0, 5) follows
+    node 2's (2, 2).  Node 0 never got (2, 1), so its frontier stopped at
+    (2, 2); node 0 then relayed node 2's last round, (2, 2), and node 1
+    delivered it after (0, 6)."""
+    _one_way_seven(1, [
+        (130.0, "PUB", 2, "t"), (418.0, "CRASH", 1, ""), (1829.0, "PUB", 0, "t"),
+        (1841.0, "PUB", 0, "t"), (1958.0, "CRASH", 2, ""), (2058.0, "RECOVER", 1, ""),
+        (2238.0, "SUB", 1, "t"),
+    ])  # fmt: skip
+
+
+def test_a_gap_the_newcomer_never_saw_does_not_stop_a_frontier_liveness() -> None:
+    """Seed 6845: as above, but node 0's relay of (2, 2) came before node 1 was
+    back, so (0, 5) and (0, 6) waited for it for good."""
+    _one_way_seven(6845, [
+        (142.0, "PUB", 2, "t"), (491.0, "CRASH", 1, ""), (1364.0, "CRASH", 2, ""),
+        (3215.0, "RECOVER", 1, ""), (3325.0, "PUB", 0, "t"), (3374.0, "PUB", 0, "t"),
+        (3380.0, "SUB", 1, "t"),
+    ])  # fmt: skip
+
+
+_TEN_INTRO = {1: [0, 6], 6: [0, 1], 0: [0, 1, 8], **{k: [0] for k in (2, 3, 4, 5, 7, 8)}}
+
+
+def test_a_gap_in_a_dead_stream_does_not_hold_a_newcomer_for_good() -> None:
+    """Seed 2147483649: node 5 published twice and died; node 4 comes back
+    and subscribes knowing nobody; node 0's (0, 21) names node 5's (5, 2),
+    and every member lacked (5, 1): node 4 held (0, 21) for good."""
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;1;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;9 0;UNS;0;t "
+        "0;SUB;5;t 0;PUB;5;t 8.1;SUB;0;t 146.2;PUB;5;t 783.7;CRASH;5 963.5;SUB;2;t "
+        "1896.1;UNS;0;t 1919.6;SUB;0;t 2045.2;UNS;0;t 2156.1;RECOVER;9 2546.9;SUB;0;t "
+        "2589.4;UNS;0;t 2662.3;SUB;0;t 2850.8;UNS;0;t 2875;SUB;0;t 3067.7;UNS;0;t "
+        "3120.6;SUB;0;t 3129.2;CRASH;4 3179;UNS;0;t 3192.3;SUB;0;t 3461.5;UNS;0;t "
+        "3541;SUB;0;t 3544.1;PUB;0;t 3605.5;UNS;0;t 3704.1;SUB;0;t 4166.3;RECOVER;4 "
+        "4274.3;SUB;4;t 4374.8;UNS;0;t 4568.1;SUB;0;t 4753.2;UNS;0;t 5312.9;SUB;0;t 5787.2;UNS;0;t"
+    )
+    intro = {**_TEN_INTRO, 9: [0, 3, 7]}
+    sim = Simulation(list(range(10)), seed=2147483649, detector=FAST, introductions=intro)
+    _replay(sim, script)
+
+
+def test_a_gap_in_a_dead_stream_is_no_liveness_violation() -> None:
+    """Seed 2147483649, another draw: the same gap, and node 1 (back, knowing
+    nobody) never delivered node 0's (0, 21)."""
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;1;t 0;SUB;5;t "
+        "0;PUB;5;t 0;CRASH;9 8.1;SUB;0;t 146.2;PUB;5;t 783.7;CRASH;5 963.5;SUB;2;t "
+        "1896.1;UNS;0;t 1919.6;SUB;0;t 2045.2;UNS;0;t 2156.1;RECOVER;9 2546.9;SUB;0;t "
+        "2589.4;UNS;0;t 2662.3;SUB;0;t 2850.8;UNS;0;t 2875;SUB;0;t 3067.7;UNS;0;t "
+        "3120.6;SUB;0;t 3129.2;CRASH;1 3179;UNS;0;t 3192.3;SUB;0;t 3461.5;UNS;0;t "
+        "3541;SUB;0;t 3544.1;UNS;0;t 3605.5;SUB;0;t 3704.1;UNS;0;t 4166.3;RECOVER;1 "
+        "4274.3;SUB;1;t 4374.8;SUB;0;t 4568.1;UNS;0;t 4753.2;SUB;0;t 5312.9;UNS;0;t "
+        "5787.2;SUB;0;t 5999;PUB;0;t"
+    )
+    intro = {**_TEN_INTRO, 9: [0, 3, 6]}
+    sim = Simulation(list(range(10)), seed=2147483649, detector=FAST, introductions=intro)
+    _replay(sim, script)
+
+
+def test_a_members_own_publication_carries_the_marks_of_its_past() -> None:
+    """Seed 56890258 (causal order): node 3 comes back and subscribes knowing
+    nobody.  Node 8's frontier stopped at node 7's (7, 1), which names node
+    8's own (8, 1): a node's own publications counted as never come (marked
+    for any node).  So node 3 skipped node 4's (4, 1) unseen, delivered (4,
+    2) on node 4's crash, then (7, 1), which (4, 2) follows.  A node's own
+    publication is now marked with what it follows (``VCubePS._note_own``)."""
+    ids = [
+        0, 11400714819323198485, 4354685564936845354, 15755400384260043839,
+        8709371129873690708, 1663341875487337577, 13064056694810536062,
+        6018027440424182931, 17418742259747381416, 10372713005361028285,
+    ]  # fmt: skip
+    script = _lines(
+        " ".join(f"0;{a};0;t" for a in ["SUB", "UNS"] * 12)
+        + " 0;SUB;4;t 0;SUB;3;t 0;SUB;0;t 0;SUB;7;t 0;SUB;8;t 0;UNS;0;t 500;PUB;8;t "
+        "1604.6;SUB;0;t 2445;PUB;7;t 2999.3;UNS;0;t 3266.7;SUB;0;t 3312.1;UNS;0;t "
+        "4038.9;SUB;0;t 4555;PUB;4;t 4562;CRASH;3 4609;PUB;4;t 5534;CRASH;7 "
+        "5674;RECOVER;3 5674;SUB;3;t 5999;CRASH;4",
+        ids,
+    )
+    intro = {k: [0] for k in ids}
+    _replay(Simulation(ids, seed=56890258, detector=FAST, introductions=intro), script)
+
+
+def test_a_frontier_drops_what_it_covers_that_is_held_here() -> None:
+    """Verify profile, seed 0 (causal order): node 2 comes back and
+    subscribes knowing nobody; node 0 relays node 3's last round, (3, 3),
+    which node 2 holds (it names ops node 2 does not know yet).  Node 0's
+    frontier then covers (3, 3) and node 5's (5, 1), which follows it; the
+    frontier stopped below the held (3, 3) but skipped (5, 1) unseen, so
+    (5, 2) was delivered at once and (3, 3) after it.  What a frontier covers
+    is not owed: a held publication it covers is now dropped as skipped."""
+    script = _lines(
+        " ".join(f"0;{a};0;t" for a in ["SUB", "UNS"] * 4)
+        + " 0;SUB;3;t 0;UNS;3;t 0;SUB;2;t 84;SUB;0;t 251;SUB;5;t 322;SUB;3;t "
+        "3057;PUB;3;t 4529;PUB;5;t 4529;PUB;5;t 4800;CRASH;3 5305;CRASH;2 "
+        "5762;RECOVER;2 5762;SUB;2;t"
+    )
+    intro = {k: [0] for k in range(1, 6)}
+    _replay(Simulation(list(range(6)), seed=0, detector=FAST, introductions=intro), script)
+

@@ -98,16 +98,19 @@ messages = st.builds(
     st.lists(msg_ids, max_size=3).map(tuple),
     st.one_of(st.just(-1), counters),
 )
+bound_lists = st.lists(st.builds(Bound, nodes, counters, counters), max_size=4).map(tuple)
 packets: st.SearchStrategy[Packet] = st.one_of(
     st.builds(PubRound, round_ids, topics, st.lists(messages, max_size=4).map(tuple), dests),
     st.builds(Sub, round_ids, topics, ops),
-    st.builds(Uns, round_ids, topics, ops, dests),
+    st.builds(Uns, round_ids, topics, ops, dests, bound_lists, bound_lists),
     st.builds(
         Ack,
         round_ids,
         topics,
         st.lists(ops, max_size=4).map(tuple),
-        st.lists(st.builds(Bound, nodes, counters, counters), max_size=4).map(tuple),
+        bound_lists,
+        bound_lists,
+        bound_lists,
     ),
 )
 items = st.one_of(packets, st.lists(packets, min_size=1, max_size=4).map(tuple).map(Bundle))
@@ -153,10 +156,17 @@ def cbor_tree(p: Packet) -> list[object]:
         return [0, r, p.topic, msgs, list(p.dests)]
     if isinstance(p, Sub):
         return [1, r, p.topic, op(p.op)]
+
+    def bounds(v: tuple[Bound, ...]) -> list[object]:
+        return [[b.node, b.incarnation, b.first_owned] for b in v]
+
+    # predates and beyond: each left out when it and what follows are empty
+    extras = [bounds(p.predates), bounds(p.beyond)] if isinstance(p, (Uns, Ack)) else []
+    while extras and not extras[-1]:
+        extras.pop()
     if isinstance(p, Uns):
-        return [2, r, p.topic, op(p.op), list(p.dests)]
-    bounds = [[b.node, b.incarnation, b.first_owned] for b in p.bounds]
-    return [3, r, p.topic, [op(e) for e in p.view], bounds]
+        return [2, r, p.topic, op(p.op), list(p.dests), *extras]
+    return [3, r, p.topic, [op(e) for e in p.view], bounds(p.bounds), *extras]
 
 
 @given(
@@ -264,6 +274,31 @@ def test_predates_are_sent_only_when_there_are_some(kind: str) -> None:
     with pytest.raises(WireError, match="predates"):
         decode_packets(cbor2.dumps(raw), LIMITS)
     many = dataclasses.replace(with_some, predates=some * 3)
+    with pytest.raises(WireError, match="limit"):
+        decode_packets(encode_packets([many]), dataclasses.replace(LIMITS, max_view_entries=2))
+
+
+@pytest.mark.parametrize("kind", ["ACK", "UNS"])
+def test_a_frontier_past_its_gaps_is_a_seventh_element(kind: str) -> None:
+    """An announce's or its ACK's ``beyond`` is a seventh element, sent only
+    when there is some (``predates`` is then sent even if empty): one
+    encoding per packet; an empty seventh element is refused."""
+    rid, op = RoundId(3, 0, 1), ViewEntry(3, 0, 0, True)
+    first, past = (Bound(2, 1, 7),), (Bound(2, 1, 9),)
+    both: Packet
+    only: Packet
+    if kind == "ACK":
+        both, only = Ack(rid, "t", (), (), first, past), Ack(rid, "t", (), (), (), past)
+    else:
+        both, only = Uns(rid, "t", op, (), first, past), Uns(rid, "t", op, (), (), past)
+    for packet in (both, only):
+        assert decode_packets(encode_packets([packet]), LIMITS) == [packet]
+    assert len(cbor2.loads(encode_packets([only]))[1][0]) == 7
+    raw = cbor2.loads(encode_packets([dataclasses.replace(both, beyond=())]))
+    raw[1][0].append([])
+    with pytest.raises(WireError, match="beyond"):
+        decode_packets(cbor2.dumps(raw), LIMITS)
+    many = dataclasses.replace(both, beyond=past * 3)
     with pytest.raises(WireError, match="limit"):
         decode_packets(encode_packets([many]), dataclasses.replace(LIMITS, max_view_entries=2))
 

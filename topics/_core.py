@@ -85,7 +85,12 @@ it predates the subscription (the largest counter the wire carries)."""
 
 ANY_OP = -1
 """In ``_Topic.novel``: a publication that may follow an unknown op of any node
-(one of its predecessors never came here)."""
+(a publication of another stream it names never came here)."""
+
+GAP = -2
+"""In ``_Topic.novel``: the first publication received whose predecessor in its
+own stream never came here (a gap: see ``VCubePS._sync_frontier``'s ``beyond``).
+Another stream's publication that follows it is marked ``ANY_OP``."""
 
 SKIPPED_PAST = 4096
 """Skipped publications whose causal past a subscription remembers (oldest forgotten)."""
@@ -128,6 +133,7 @@ class _Pending:
 
     __slots__ = (
         "_sent",
+        "beyond",
         "bounds",
         "children",
         "dest",
@@ -174,8 +180,12 @@ class _Pending:
         self.view: dict[int, ViewEntry] | None = None
         self.bounds: dict[tuple[int, int], int] | None = None
         self.predates: dict[tuple[int, int], int] | None = None
+        self.beyond: dict[tuple[int, int], int] | None = None
+        """A SYNC's: the newcomer's frontier past its gaps (:attr:`Ack.beyond`)."""
         if kind in ("SUB", "SYNC"):  # a SYNC: the newcomer's entry and bound (VCubePS.joined)
             self.view, self.bounds, self.predates = {}, {}, {}
+        if kind == "SYNC":
+            self.beyond = {}
 
     def _packets(self, me: int) -> dict[int, Packet]:
         if self._sent is None:
@@ -262,6 +272,9 @@ class _Topic:
     # node; VCubePS._note_novel): where the frontier an announce to or from
     # that node stops (VCubePS._sync_frontier).
     novel: dict[StreamKey, dict[int, int]] = field(default_factory=dict)
+    # Per stream, the first publication received here (this life): a frontier's
+    # ``beyond`` holds only for streams received from above it (VCubePS._frontier).
+    first_rx: dict[StreamKey, int] = field(default_factory=dict)
     # Started by an oracle (preset_subscription): no marks are kept, so no
     # frontier is ever sent (an oracle's members never subscribe knowing
     # nobody, and the marks would cost every received publication).
@@ -575,6 +588,8 @@ class VCubePS:
         msg = PubMessage(mid, bytes(payload), state.barrier.pubs, state.barrier.ops, state.last_pub)
         state.barrier.published(mid)
         state.published, state.last_pub = True, mid.seq
+        if not state.preset:
+            self._note_own(state, msg)
         out: list[Output] = [Published(topic, mid), Delivered(topic, mid, msg.payload, own=True)]
         out.extend(self._release(state, state.buffer.advance(self.id, self.incarnation, mid.seq)))
         out.extend(self._enqueue(state, msg, now))
@@ -872,6 +887,8 @@ class VCubePS:
         out: list[Output] = []
         if fresh and not state.preset:
             self._note_novel(state, fresh)
+            state.first_rx.setdefault(_stream_key(fresh[0].id.source, fresh[0].id.incarnation),
+                                      fresh[0].id.seq)  # fmt: skip
         if last_rx is not None:  # something new: the newest round of its stream here
             stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
             # Only then: a relay of an older round, all duplicates, must not
@@ -887,7 +904,8 @@ class VCubePS:
             new_op = packet.op.newer_than(state.view.get(packet.op.node))
             out.extend(self._learn(state, packet.op))
             if packet.predates and state.confirmed and state.lonely:
-                out.extend(self._frontier(state, dict(_bounds_of(packet.predates))))
+                beyond = dict(_bounds_of(packet.beyond))
+                out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
         children = _relay_packets(self.id, packet)
@@ -1193,7 +1211,9 @@ class VCubePS:
         """Mark, per node, the first of ``fresh`` (one stream, in order) that may
         follow an op of that node this node does not know: it names one, or
         follows one marked for that node (so marks follow causal chains), or a
-        predecessor that never came here (then for any node, ``ANY_OP``)."""
+        publication of another stream that never came here (then for any node,
+        ``ANY_OP``).  The first whose own predecessor never came here is marked
+        ``GAP``."""
         src, inc = fresh[0].id.source, fresh[0].id.incarnation
         key = _stream_key(src, inc)
         marks = state.novel.get(key)
@@ -1201,7 +1221,9 @@ class VCubePS:
             return  # everything from there on is marked already
         last = state.last_rx.get(key, -1)
         for msg in fresh:
-            found = self._unknown_ops(state, msg, last)
+            found = self._unknown_ops(state, msg)
+            if msg.prev > last:
+                found.add(GAP)
             if found:
                 marks = state.novel.setdefault(key, {})
                 for node in found:
@@ -1210,27 +1232,46 @@ class VCubePS:
                     return
             last = msg.id.seq
 
-    def _unknown_ops(self, state: _Topic, msg: PubMessage, last: int) -> set[int]:
-        """The nodes of ops ``msg`` may follow that this node does not know."""
-        if msg.prev > last:
-            return {ANY_OP}  # its predecessor never came here
+    def _note_own(self, state: _Topic, msg: PubMessage) -> None:
+        """:meth:`_note_novel` for this node's own publication ``msg``: it follows
+        what the publications it names were marked for, so a publication of
+        another source that names it is marked through it."""
+        found = self._unknown_ops(state, msg)
+        if found:
+            marks = state.novel.setdefault(_stream_key(self.id, self.incarnation), {})
+            for node in found:
+                marks.setdefault(node, msg.id.seq)
+
+    def _unknown_ops(self, state: _Topic, msg: PubMessage) -> set[int]:
+        """The nodes of ops ``msg`` may follow that this node does not know
+        (``ANY_OP``: a publication of another stream it names never came here,
+        or came after a gap there; this node's own count as come, and
+        :meth:`_note_own` marks them).  Its own stream is left to the marks
+        there (:meth:`_note_novel`)."""
+        src, inc = msg.id.source, msg.id.incarnation
         found: set[int] = set()
-        view, me = state.view, self.id
+        view, me, life = state.view, self.id, self.incarnation
         for o in msg.op_deps:
             e = view.get(o.source)
             if (e is None or (e.incarnation, e.rc) < (o.incarnation, o.seq)) and o.source != me:
                 found.add(o.source)
         last_rx, novel = state.last_rx, state.novel
         for d in msg.deps:
+            if d.source == src and d.incarnation == inc:
+                continue  # its own stream: the marks there stop a frontier already
             k = _stream_key(d.source, d.incarnation)
-            if d.seq > last_rx.get(k, -1):
+            if d.seq > last_rx.get(k, -1) and (d.source != me or d.incarnation != life):
                 return {ANY_OP}
             marks = novel.get(k) if novel else None
             if marks:
-                found.update(n for n, first in marks.items() if d.seq >= first)
+                for n, first in marks.items():
+                    if d.seq >= first:
+                        found.add(ANY_OP if n == GAP else n)
         return found
 
-    def _sync_frontier(self, state: _Topic, newcomer: int) -> dict[tuple[int, int], int]:
+    def _sync_frontier(
+        self, state: _Topic, newcomer: int
+    ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
         """What an announce to or from ``newcomer``, or its ACK, tells it: per
         stream, one past the newest publication received here, stopped at the
         first that may follow an op of ``newcomer`` this node did not know when
@@ -1243,27 +1284,43 @@ class VCubePS:
         that knew the op, so it follows, through a chain of direct
         predecessors, one that names the op; at each link this node either
         lacked the predecessor or marked it, so the mark stops the frontier
-        before it.  This node's own publications and skipped ones are left
-        out (its bound says more; what it skipped is not known here)."""
-        out: dict[tuple[int, int], int] = {}
+        before it; a link of the source's own stream that never came here
+        stops it too (a gap, ``GAP``).  This node's own publications and
+        skipped ones are left out (its bound says more; what it skipped is not
+        known here).
+
+        Returns that frontier and ``beyond``: for the streams where a gap
+        stopped it, where it would stop without gaps.  A gap cannot hold an
+        owed publication the newcomer lacks: the first publication of a
+        source after it learnt the op went to the newcomer in a round that
+        completed before the round of the publication after the gap (received
+        here) started.  So if the newcomer received nothing of the stream
+        below ``beyond``, no gap publication follows the op (:meth:`_frontier`)."""
+        first: dict[tuple[int, int], int] = {}
+        beyond: dict[tuple[int, int], int] = {}
         if state.preset:
-            return out  # no marks kept: nothing provably not owed
+            return first, beyond  # no marks kept: nothing provably not owed
         novel = state.novel
         for key, seq in state.last_rx.items():
             stream = _stream_of(key)
             if stream[0] == self.id:
                 continue
-            first = seq + 1
+            end = seq + 1
             marks = novel.get(key)
             if marks:
-                first = min(first, marks.get(newcomer, first), marks.get(ANY_OP, first))
-            if first > 0:
-                out[stream] = first
-        return out
+                end = min(end, marks.get(newcomer, end), marks.get(ANY_OP, end))
+            gap = marks.get(GAP) if marks else None
+            if gap is not None and gap < end:
+                beyond[stream] = end
+                end = gap
+            if end > 0:
+                first[stream] = end
+        return first, beyond
 
     def _sync_ack(self, rid: RoundId, pending: _Pending) -> Send:
         """ACK an announce with this node's entry and, if it published, its bound
-        for the announcer (:meth:`_sync_bound`), as a SUB round's ACK would have."""
+        for the announcer (:meth:`_sync_bound`), as a SUB round's ACK would have;
+        and this node's frontier if the announce taught it the op."""
         assert pending.parent is not None
         state = self._topic(pending.topic)
         bounds: tuple[Bound, ...] = ()
@@ -1274,7 +1331,8 @@ class VCubePS:
         # learned of the announcer went elsewhere, and the announcer may know
         # the subscription it ends (from another node's view).
         own = state.view.get(self.id)
-        frontier = {}
+        view = (own,) if own else ()
+        frontier: tuple[dict[tuple[int, int], int], ...] = ({}, {})
         if pending.predates is not None:  # this announce taught the op
             frontier = self._sync_frontier(state, pending.ids[0].source)
         return Send(
@@ -1282,9 +1340,10 @@ class VCubePS:
             Ack(
                 rid,
                 pending.topic,
-                (own,) if own else (),
+                view,
                 bounds,
-                _as_bounds(frontier),
+                _as_bounds(frontier[0]),
+                _as_bounds(frontier[1]),
             ),
         )
 
@@ -1316,7 +1375,10 @@ class VCubePS:
         if rid != packet.round:
             del self._repair_of[packet.round]
         limit = self.config.max_view_entries
-        if len(packet.view) > limit or max(len(packet.bounds), len(packet.predates)) > limit:
+        if (
+            len(packet.view) > limit
+            or max(len(packet.bounds), len(packet.predates), len(packet.beyond)) > limit
+        ):
             raise RemoteProtocolError(f"ACK from {sender} carries more than {limit} entries")
         if pending.view is not None:
             for entry in packet.view:
@@ -1326,6 +1388,8 @@ class VCubePS:
             _merge_max(pending.bounds, _bounds_of(packet.bounds))
         if pending.predates is not None and packet.predates:
             _merge_max(pending.predates, _bounds_of(packet.predates))
+        if pending.beyond is not None and packet.beyond:
+            _merge_max(pending.beyond, _bounds_of(packet.beyond))
         pending.waiting.discard(sender)
         if pending.waiting:
             return []
@@ -1407,10 +1471,11 @@ class VCubePS:
                 return [], pend  # completes at once: nobody to wait for
             pend.waiting.add(head.dest)
             known = state.view.get(head.dest)
-            frontier = {}  # only while this node cannot know the newcomer's op
+            frontier: tuple[dict[tuple[int, int], int], ...] = ({}, {})
             if known is None or known.incarnation < self._life.get(head.dest, 0):
-                frontier = self._sync_frontier(state, head.dest)
-            return [(head.dest, Uns(rid, name, own, (), _as_bounds(frontier)))], pend
+                frontier = self._sync_frontier(state, head.dest)  # the op is unknown here
+            first, beyond = (_as_bounds(f) for f in frontier)
+            return [(head.dest, Uns(rid, name, own, (), first, beyond))], pend
         children: list[tuple[int, Packet]]
         if isinstance(head, ViewEntry):
             children = [(c, Uns(rid, name, head, share)) for c, share in dests]
@@ -1510,7 +1575,7 @@ class VCubePS:
                 return out  # the SUB round of this op is still to come
             return out + self._sync_before_confirm(state, pending)
         if pending.predates and state.lonely:
-            out.extend(self._frontier(state, pending.predates))
+            out.extend(self._frontier(state, pending.predates, pending.beyond or {}))
         if not pending.bounds:
             return out
         ready: list[PubMessage] = []
@@ -1527,7 +1592,12 @@ class VCubePS:
         out.extend(self._unblock_predating(state))
         return out
 
-    def _frontier(self, state: _Topic, predates: dict[tuple[int, int], int]) -> list[Output]:
+    def _frontier(
+        self,
+        state: _Topic,
+        predates: dict[tuple[int, int], int],
+        beyond: dict[tuple[int, int], int],
+    ) -> list[Output]:
         """A member's frontier (:meth:`_sync_frontier`), from the ACK of this
         node's announce or from an announce it sent here: skipped where no
         bound came, as a SUB round's ``predates``.
@@ -1543,20 +1613,35 @@ class VCubePS:
         before it (found: ``tests/test_checkcli.py``'s eighty scenarios, seed
         74), and frontiers are not needed there.
 
-        A publication held here already is not skipped (the frontier stops at
-        the oldest held one of its stream): skipping under it would release
-        its successors first, out of order."""
-        held: dict[tuple[int, int], int] = {}
-        for m in state.buffer.items():
-            k = (m.id.source, m.id.incarnation)
-            held[k] = min(held.get(k, m.id.seq), m.id.seq)
+        A publication the frontier covers that is held here is dropped, as
+        skipped (none of it is owed): kept, it would wait for its past while
+        what follows it in other streams, skipped unseen past the same cut,
+        let their successors go first (found: a held relay of a dead source's
+        last round, delivered after a publication that follows it).  Where
+        the member's frontier stopped at a gap, ``beyond`` is taken instead if
+        this node received nothing of the stream below it (see
+        :meth:`_sync_frontier`)."""
+        if beyond:
+            predates = dict(predates)
+            for stream, end in beyond.items():
+                got = state.first_rx.get(_stream_key(*stream))
+                if got is None or got >= end:
+                    predates[stream] = max(end, predates.get(stream, 0))
+        cut = {
+            stream: first for stream, first in predates.items()
+            if stream not in state.bounds and first > state.predates.get(stream, 0)
+        }  # fmt: skip
+        if not cut:
+            return []
+        state.predates.update(cut)
+        dropped = state.buffer.discard(
+            lambda m: m.id.seq < cut.get((m.id.source, m.id.incarnation), -1)
+        )
+        for msg in dropped:
+            self._remember_skipped(state, msg)
         ready: list[PubMessage] = []
-        for stream, frontier in predates.items():
-            first = min(frontier, held.get(stream, frontier))
-            if stream in state.bounds or first <= state.predates.get(stream, 0):
-                continue
-            state.predates[stream] = first
-            ready.extend(state.buffer.advance(stream[0], stream[1], first - 1))
+        for (node, inc), first in cut.items():
+            ready.extend(state.buffer.advance(node, inc, first - 1))
         return self._release(state, ready)
 
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:

@@ -102,13 +102,15 @@ class Uns:
     """UNS: an unsubscription, spread on the subscriber-only tree like PUB.
 
     Also an *announce* (a subscribed op, no ``dests``: ``VCubePS.joined``),
-    which carries the announcer's ``predates`` (as :attr:`Ack.predates`)."""
+    which carries the announcer's ``predates`` and ``beyond`` (as
+    :attr:`Ack.predates` and :attr:`Ack.beyond`)."""
 
     round: RoundId
     topic: str
     op: ViewEntry
     dests: tuple[int, ...]
     predates: tuple[Bound, ...] = ()
+    beyond: tuple[Bound, ...] = ()
     kind: Literal["UNS"] = "UNS"
 
 
@@ -122,6 +124,12 @@ class Ack:
     sub-tree had received (or skipped) publications of that stream before it
     acknowledged, so those predate the subscription (read as a :class:`Bound`
     that only skips: ``first_owned`` is one past the newest of them).
+
+    An announce's ACK (and the announce itself) carries the member's frontier
+    as ``predates``, and as ``beyond`` the streams where it stopped only at a
+    gap (a predecessor that never reached the member), with how far it would
+    reach past the gaps: the newcomer takes that if it received nothing of the
+    stream below it (``VCubePS._frontier``).
     """
 
     round: RoundId
@@ -129,6 +137,7 @@ class Ack:
     view: tuple[ViewEntry, ...] = ()
     bounds: tuple[Bound, ...] = ()
     predates: tuple[Bound, ...] = ()
+    beyond: tuple[Bound, ...] = ()
     kind: Literal["ACK"] = "ACK"
 
 
@@ -167,5 +176,7 @@ def wire_size(packet: Packet) -> int:
     if isinstance(packet, Sub):
         return head + 8
     if isinstance(packet, Uns):
-        return head + 8 + ID_BYTES * len(packet.dests) + 8 * len(packet.predates)
-    return head + 8 * (len(packet.view) + len(packet.bounds) + len(packet.predates))
+        extra = len(packet.predates) + len(packet.beyond)
+        return head + 8 + ID_BYTES * len(packet.dests) + 8 * extra
+    extra = len(packet.predates) + len(packet.beyond)
+    return head + 8 * (len(packet.view) + len(packet.bounds) + extra)
