@@ -794,4 +794,3 @@ def test_a_frontier_drops_what_it_covers_that_is_held_here() -> None:
     )
     intro = {k: [0] for k in range(1, 6)}
     _replay(Simulation(list(range(6)), seed=0, detector=FAST, introductions=intro), script)
-
