@@ -35,7 +35,7 @@ Failures (issue 5): each node runs the VCube failure detector
 fleet connections as control packets, and every received frame counting as a
 sign of life.  A suspected or departed node leaves the overlay, its link is
 dropped and the core repairs around it (``VCubePS.crashed``); a node that
-joins or restarts (a higher incarnation, ``p2p._liveness``) is announced to
+joins or restarts (a higher incarnation, ``p2p.runtime._liveness``) is announced to
 the core (``VCubePS.joined``).  A node closing cleanly announces its leave.
 """
 
@@ -59,16 +59,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from causal import MsgId
-from p2p._discovery import SERVICE_TYPE, Discovery
 from p2p._errors import IdentityError, IdentityInUseError, NodeError, P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
-from p2p._liveness import (
-    INC_FIELD,
-    detector_config,
-    new_incarnation,
-    next_incarnation,
-    record_incarnation,
-)
 from p2p._membership import Peer, records_digest
 from p2p._reliable import ACK_EVERY, Hello, ReceiveLog, SendLog, decode_ack, encode_ack
 from p2p._revocation import REVOKED_FILE, RevocationList, load_revocations
@@ -110,6 +102,14 @@ from p2p.machine import (
     Stalled,
     Superseded,
     SuspicionCorrected,
+)
+from p2p.runtime._discovery import SERVICE_TYPE, Discovery
+from p2p.runtime._liveness import (
+    INC_FIELD,
+    detector_config,
+    new_incarnation,
+    next_incarnation,
+    record_incarnation,
 )
 from topics import (
     Bundle,
@@ -859,7 +859,7 @@ class Node:
 
     @property
     def incarnation(self) -> int:
-        """This process's incarnation (``p2p._liveness``), signed into its record."""
+        """This process's incarnation (``p2p.runtime._liveness``), signed into its record."""
         return self.machine.incarnation
 
     @property
@@ -1880,7 +1880,7 @@ async def _raise(exc: BaseException) -> None:
 
 
 def _incarnation_of(peer: Peer) -> int:
-    """The incarnation ``peer``'s verified record announces (``p2p._liveness``)."""
+    """The incarnation ``peer``'s verified record announces (``p2p.runtime._liveness``)."""
     return record_incarnation(peer.record, peer.issued_at)
 
 

@@ -31,7 +31,7 @@ import trio
 
 from causal import MsgId
 from p2p._identity import Fleet, NodeIdentity
-from p2p._node import Delivery, Node, NodeConfig, NodeError, Subscription, open_node
+from p2p.runtime._node import Delivery, Node, NodeConfig, NodeError, Subscription, open_node
 
 T = TypeVar("T")
 
