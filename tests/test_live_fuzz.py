@@ -87,7 +87,8 @@ from p2p._wire import (
     encode_packets,
     frame,
 )
-from p2p.runtime._node import Delivery, Node, NodeConfig, TraceHook, open_node
+from p2p.runtime import Delivery, Node, NodeConfig, open_node
+from p2p.runtime._config import TraceHook
 from p2p.sim import TraceEvent, check_trace, format_violations
 from topics import (
     Ack,
