@@ -15,7 +15,7 @@ system goes through the same steps:
 
 Payloads are 64 bytes: the send time (``time.time_ns()``, one clock for every
 process on a host), a per-source sequence number, the source's index, padding.
-Systems: ``ours`` (:func:`p2p._node.open_node`, mDNS discovery, PSK fleet,
+Systems: ``ours`` (:func:`p2p.runtime.open_node`, mDNS discovery, PSK fleet,
 causal order and encryption always on), ``zmq`` (pyzmq XPUB/SUB over TCP) and
 ``zenoh`` (eclipse-zenoh in peer mode over TCP).
 
@@ -55,7 +55,7 @@ OURS_WINDOW_ROUNDS = 4
 flight, in rounds of ``max_round_messages``."""
 PROFILE_ENV = "BENCH_RUNTIME_PROFILE"
 PUBLISH_CHUNK = 32
-"""Publications per ``Node.publish_many`` call (``p2p._node.PUBLISH_BATCH``): each
+"""Publications per ``Node.publish_many`` call (``p2p.runtime._node.PUBLISH_BATCH``): each
 payload's send time is taken just before its call, not a whole queue earlier."""
 MAX_LATENCY_SAMPLES = 20_000
 """Latency samples a worker sends back (a uniform stride beyond this)."""
@@ -383,7 +383,7 @@ async def _ours_node(
     """One node through the worker's steps (see the module docstring)."""
     import trio
 
-    from p2p._node import open_node
+    from p2p.runtime import open_node
 
     imported = time.time_ns()
     async with open_node(spec.node_dir, _ours_config(spec), trace=hook) as node:
@@ -429,7 +429,7 @@ def _trace_hook(fh: IO[str]) -> Callable[[str, str, int | None, int | None, int]
 def _ours_config(spec: Spec) -> Any:
     """The node's settings: defaults, mDNS with the run's service type or static seeds,
     and telemetry if the spec asks for it."""
-    from p2p._node import NodeConfig
+    from p2p.runtime import NodeConfig
     from topics import PubSubConfig
 
     options: dict[str, Any] = {"pubsub": PubSubConfig()}
@@ -702,7 +702,7 @@ def run_inprocess(messages: int, mode: str) -> dict[str, Any]:
     import trio
 
     from p2p._identity import add_node, init_fleet
-    from p2p._node import NodeConfig, open_node
+    from p2p.runtime import NodeConfig, open_node
     from p2p.telemetry._recorder import Recorder
 
     if mode not in INPROCESS_MODES or messages < 1:

@@ -52,7 +52,7 @@ from typing import Any
 import trio
 
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
-from p2p._node import Delivery, Node, NodeConfig, open_node
+from p2p.runtime import Delivery, Node, NodeConfig, open_node
 
 _IGNORED = trio.TASK_STATUS_IGNORED
 Ident = tuple[NodeIdentity, Fleet]

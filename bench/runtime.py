@@ -748,7 +748,8 @@ def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
 
     from causal import MsgId
     from p2p._identity import add_node, init_fleet
-    from p2p._node import _STAMP, NodeConfig, open_node
+    from p2p.runtime import NodeConfig, open_node
+    from p2p.runtime._delivery import _STAMP
     from p2p.telemetry._recorder import Recorder, Spool
     from topics import Delivered, Output, Published, Received, RoundAcked
 
@@ -808,13 +809,13 @@ def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
 
 IMPORT_CODES = {
     "python": "pass",
-    "ours": "import p2p._node",
-    "ours_with_zeroconf": "import p2p._node, zeroconf",
+    "ours": "import p2p.runtime",
+    "ours_with_zeroconf": "import p2p.runtime, zeroconf",
     "ours_package": "import p2p",
     "zmq": "import zmq",
     "zenoh": "import zenoh",
 }
-"""What ``import`` times: ``p2p._node`` is what ``from p2p import open_node`` loads;
+"""What ``import`` times: ``p2p.runtime`` is what ``from p2p import open_node`` loads;
 ``import p2p`` alone loads the runtime lazily, on first use of one of its names."""
 
 
@@ -849,7 +850,7 @@ def import_times(repeat: int) -> dict[str, Any]:
     }
 
 
-WARM_MODULES = ("p2p._node", "zeroconf", "bench._runtime_workers", "psutil", "zmq", "zenoh")
+WARM_MODULES = ("p2p.runtime", "zeroconf", "bench._runtime_workers", "psutil", "zmq", "zenoh")
 """What :func:`use_bytecode_cache` compiles before the first measurement."""
 
 
@@ -880,7 +881,13 @@ def build_kind() -> dict[str, Any]:
     import importlib.util
 
     files = {}
-    for name in ("topics._core", "causal._buffer", "causal._barrier", "p2p._wire", "p2p._node"):
+    for name in (
+        "topics._core",
+        "causal._buffer",
+        "causal._barrier",
+        "p2p._wire",
+        "p2p.runtime._node",
+    ):
         spec = importlib.util.find_spec(name)
         files[name] = None if spec is None else spec.origin
     compiled = any(f and not f.endswith(".py") for f in files.values())

@@ -43,7 +43,7 @@ from edge_examples._game_logic import (
     WorldView,
     interest_change,
 )
-from p2p._node import Node, NodeConfig, Subscription, open_node
+from p2p.runtime import Node, NodeConfig, Subscription, open_node
 
 log = logging.getLogger("edge_examples.game")
 

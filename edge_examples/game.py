@@ -61,8 +61,8 @@ from edge_examples._game_net import (
 )
 from edge_examples._game_run import GameError, RunConfig, make_fleet, profiled, run_headless
 from p2p._identity import load_node
-from p2p._node import NodeConfig, open_node, parse_address
 from p2p.cli import Shutdown, graceful, run_cli
+from p2p.runtime import NodeConfig, open_node, parse_address
 
 DEFAULT_CROWD = "half"
 

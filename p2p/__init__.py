@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from p2p._errors import P2PError, ScenarioError, SecurityError
 
 if TYPE_CHECKING:
-    from p2p._blocking import BlockingNode, BlockingSubscription
-    from p2p._node import (
+    from p2p.runtime import (
+        BlockingNode,
+        BlockingSubscription,
         Delivery,
         MembershipEvent,
         Node,
@@ -39,15 +40,15 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
-    "BlockingNode": "p2p._blocking",
-    "BlockingSubscription": "p2p._blocking",
-    "Delivery": "p2p._node",
-    "MembershipEvent": "p2p._node",
-    "Node": "p2p._node",
-    "NodeConfig": "p2p._node",
-    "NodeError": "p2p._node",
-    "Subscription": "p2p._node",
-    "open_node": "p2p._node",
+    "BlockingNode": "p2p.runtime",
+    "BlockingSubscription": "p2p.runtime",
+    "Delivery": "p2p.runtime",
+    "MembershipEvent": "p2p.runtime",
+    "Node": "p2p.runtime",
+    "NodeConfig": "p2p.runtime",
+    "NodeError": "p2p.runtime",
+    "Subscription": "p2p.runtime",
+    "open_node": "p2p.runtime",
 }
 
 

@@ -6,7 +6,7 @@ seen by some members and not by others.  So signed membership records also
 travel between members, over the fleet's authenticated connections:
 
 * **Introductions**: the first frame of every connection a node dials carries
-  its own record, so whoever it talks to can answer it (``p2p._node._Link``).
+  its own record, so whoever it talks to can answer it (``p2p.runtime._link._Link``).
 * **News**: a record new to a node is passed once to its overlay neighbours.
 * **Anti-entropy** (:class:`RecordGossip`): each detector round, a node tells
   the nodes its detector monitors a digest of the records it holds

@@ -5,7 +5,7 @@ on a stream, admission helpers and log hygiene (the trio runtime's transport).
 handshake over a TCP stream with a deadline; :class:`_Messages` reads
 length-prefixed messages, refusing an unauthenticated peer's handshake
 message above ``MAX_HANDSHAKE_SIZE`` on its length prefix, before a byte of
-it is buffered.  Used by the node (``p2p._node``) and the telemetry collector.
+it is buffered.  Used by the node (``p2p.runtime``) and the telemetry collector.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import json
 import pytest
 import trio
 
-from p2p._discovery import Discovery, DiscoveryError, PeerEvent, chunk_record, join_record
 from p2p._membership import Peer
+from p2p.runtime._discovery import Discovery, DiscoveryError, PeerEvent, chunk_record, join_record
 
 
 def _record(node_id: int, port: int, *, good: bool = True) -> bytes:

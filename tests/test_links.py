@@ -16,9 +16,9 @@ import pytest
 import trio
 from test_node_failures import Cluster, _collect, _fleet, _start, _until
 
-from p2p._node import Delivery
 from p2p._reliable import Hello, ReceiveLog, SendLog, decode_ack, encode_ack
 from p2p._wire import WireError, encode_packets
+from p2p.runtime import Delivery
 
 
 def test_send_log_keeps_frames_until_confirmed() -> None:

@@ -76,7 +76,6 @@ from p2p._identity import (
     load_node,
 )
 from p2p._membership import Peer
-from p2p._node import Delivery, Node, NodeConfig, TraceHook, open_node
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, sign_record, verify_record
 from p2p._transport import _RESPONDER_READS
 from p2p._wire import (
@@ -88,6 +87,8 @@ from p2p._wire import (
     encode_packets,
     frame,
 )
+from p2p.runtime import Delivery, Node, NodeConfig, open_node
+from p2p.runtime._config import TraceHook
 from p2p.sim import TraceEvent, check_trace, format_violations
 from topics import (
     Ack,

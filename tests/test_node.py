@@ -19,22 +19,20 @@ from causal import MsgId
 from p2p._errors import SecurityError
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p._membership import Peer
-from p2p._node import (
-    _STAMP,
-    DELIVERY_BATCH,
+from p2p._secure import sign_record
+from p2p._wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
+from p2p.runtime import (
     Delivery,
     Node,
     NodeConfig,
     NodeError,
     Subscription,
-    TraceHook,
-    _Link,
-    _new_delivery,
     open_node,
     parse_address,
 )
-from p2p._secure import sign_record
-from p2p._wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
+from p2p.runtime._config import TraceHook
+from p2p.runtime._delivery import _STAMP, DELIVERY_BATCH, _new_delivery
+from p2p.runtime._link import _Link
 from p2p.sim import TraceEvent, check_trace, format_violations
 from p2p.telemetry import bucket
 from topics import Delivered, PubMessage, PubRound, Received, RoundId
@@ -459,7 +457,7 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
 
 
 def test_a_seed_naming_the_node_itself_is_skipped() -> None:
-    from p2p._node import _names_self
+    from p2p.runtime._node import _names_self
 
     assert _names_self("127.0.0.1:4000", "127.0.0.1", 4000)
     assert _names_self("127.0.0.1:4000", "0.0.0.0", 4000)

@@ -31,9 +31,9 @@ from p2p._identity import (
     load_node,
     verify_certificate,
 )
-from p2p._node import Delivery, Node, NodeConfig, open_node
 from p2p._revocation import REVOKED_FILE, RevocationList, load_revocations, revoke
 from p2p._secure import SecureSession
+from p2p.runtime import Delivery, Node, NodeConfig, open_node
 
 DAY = 86400.0
 

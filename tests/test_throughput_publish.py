@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from p2p._errors import IdentityError
 from p2p._identity import _ed25519_pem_seed, _load_private_key, _pem, add_node, init_fleet
-from p2p._node import PUBLISH_BATCH, Delivery, NodeConfig, NodeError, open_node
+from p2p.runtime import Delivery, NodeConfig, NodeError, open_node
+from p2p.runtime._node import PUBLISH_BATCH
 from topics import NotSubscribedError
 
 

@@ -40,19 +40,13 @@ from typing import IO, Any
 
 import trio
 
-from p2p._discovery import SERVICE_TYPE, Discovery
 from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._membership import Peer
-from p2p._node import (
-    Delivery,
-    Node,
-    NodeConfig,
-    Subscription,
-    open_node,
-)
 from p2p._transport import parse_address, verified_peer
 from p2p.cli._shutdown import Shutdown, graceful
+from p2p.runtime import Delivery, Node, NodeConfig, Subscription, open_node
+from p2p.runtime._discovery import SERVICE_TYPE, Discovery
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:

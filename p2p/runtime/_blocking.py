@@ -30,8 +30,11 @@ from typing import TypeVar
 import trio
 
 from causal import MsgId
+from p2p._errors import NodeError
 from p2p._identity import Fleet, NodeIdentity
-from p2p._node import Delivery, Node, NodeConfig, NodeError, Subscription, open_node
+from p2p.runtime._config import NodeConfig
+from p2p.runtime._delivery import Delivery, Subscription
+from p2p.runtime._node import Node, open_node
 
 T = TypeVar("T")
 

@@ -26,6 +26,7 @@ import time
 
 import cbor2
 
+from p2p._membership import Peer
 from p2p._wire import COUNTER_LIMIT
 from vcube import DetectorConfig
 
@@ -80,9 +81,15 @@ def detector_config(
     )
 
 
+def incarnation_of(peer: Peer) -> int:
+    """The incarnation ``peer``'s verified record announces."""
+    return record_incarnation(peer.record, peer.issued_at)
+
+
 __all__ = [
     "INC_FIELD",
     "detector_config",
+    "incarnation_of",
     "new_incarnation",
     "next_incarnation",
     "record_incarnation",

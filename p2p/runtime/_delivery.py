@@ -1,0 +1,170 @@
+"""What the application receives: :class:`Delivery`, :class:`MembershipEvent`,
+and the per-topic queue a node hands deliveries to (:class:`Subscription`).
+
+The node side of the hand-off is :meth:`Node._deliver
+<p2p.runtime._driver._Driver._deliver>`; this module owns the reading side.
+Invariant: a subscription holds at most ``capacity`` deliveries (beyond it a
+delivery is dropped and counted in ``dropped``, never silently), hands them
+out in the order the node queued them, and lets other tasks run at least
+every :data:`DELIVERY_BATCH` deliveries.  The payload envelope (:data:`_STAMP`,
+the publisher's wall clock in front of the application's bytes) is defined
+here, where :attr:`Delivery.published_at` comes from.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, fields
+
+import trio
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A publication handed to the application, in causal order per topic.
+
+    ``published_at`` is the publisher's wall clock (Unix seconds) when it
+    published: comparable across hosts only as far as their clocks agree.
+    """
+
+    topic: str
+    source: int
+    incarnation: int
+    seq: int
+    payload: bytes
+    own: bool
+    published_at: float = 0.0
+
+
+_STAMP = struct.Struct(">d")
+"""The runtime's payload envelope: the publish wall clock, then the application's bytes."""
+_STAMP_SIZE = _STAMP.size
+_unpack_stamp = _STAMP.unpack_from
+
+
+def _delivery_maker() -> Callable[[str, int, int, int, bytes, bool, float], Delivery]:
+    """A constructor of :class:`Delivery` that fills its slots directly, without the
+    frozen dataclass' ``__init__`` (seven ``object.__setattr__`` calls per delivery);
+    the class itself if its fields are not the ones this code knows."""
+    names = ("topic", "source", "incarnation", "seq", "payload", "own", "published_at")
+    if not tuple(f.name for f in fields(Delivery)) == names == Delivery.__slots__:
+        return Delivery
+    s_topic, s_source, s_inc, s_seq, s_payload, s_own, s_at = (
+        Delivery.__dict__[n].__set__ for n in names
+    )
+    new = object.__new__
+
+    def make(
+        topic: str, source: int, inc: int, seq: int, payload: bytes, own: bool, at: float
+    ) -> Delivery:
+        d: Delivery = new(Delivery)
+        s_topic(d, topic)
+        s_source(d, source)
+        s_inc(d, inc)
+        s_seq(d, seq)
+        s_payload(d, payload)
+        s_own(d, own)
+        s_at(d, at)
+        return d
+
+    return make
+
+
+_new_delivery = _delivery_maker()
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipEvent:
+    """``kind`` is ``joined`` or ``left`` (the overlay gained or lost ``node``).
+
+    ``reason`` says why: ``discovered`` (a new member), ``restarted`` (a new
+    ``incarnation`` of a known id), ``suspected`` (the failure detector
+    suspects it: treated as crashed), ``left`` (it announced a graceful
+    leave, or discovery reported its departure).
+    """
+
+    kind: str
+    node: int
+    incarnation: int = 0
+    reason: str = ""
+
+
+class Subscription:
+    """Async iterator of :class:`Delivery` for one topic.
+
+    Deliveries wait in a queue of at most ``NodeConfig.delivery_buffer``.
+    Reading is cheap when some are queued: :meth:`receive` is a cancellation
+    point every time but lets other tasks run (a schedule point) only every
+    :data:`DELIVERY_BATCH` deliveries, or when it has to wait; a received
+    round of publications thus costs one wake-up, not one per delivery.
+    """
+
+    def __init__(self, topic: str, capacity: int) -> None:
+        self.topic = topic
+        self.dropped = 0
+        """Deliveries lost because the application did not read fast enough."""
+        self._queue: deque[Delivery] = deque()
+        self._capacity = capacity
+        self._closed = False
+        self._waiting = trio.lowlevel.ParkingLot()
+        self._parked = False
+        """Whether a reader may be parked in ``_waiting``: set before parking, cleared
+        only by waking them all (cheaper to test per delivery than the lot itself)."""
+        self._streak = 0
+
+    def _put(self, item: Delivery) -> bool:
+        """Queue ``item`` (no checkpoint); ``False`` if the queue is full.
+
+        :meth:`Node._deliver` does the same inline (the hot path)."""
+        if len(self._queue) >= self._capacity:
+            return False
+        self._queue.append(item)
+        if self._parked:
+            self._parked = False
+            self._waiting.unpark_all()
+        return True
+
+    def _close(self) -> None:
+        """No more deliveries: readers get what is queued, then the end."""
+        self._closed = True
+        self._waiting.unpark_all()
+
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._queue and self._streak < DELIVERY_BATCH - 1:  # receive()'s usual case
+            self._streak += 1
+            return self._queue.popleft()
+        try:
+            return await self._next()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    async def receive(self) -> Delivery:
+        """The next delivery; ``trio.EndOfChannel`` once unsubscribed and all read."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._queue and self._streak < DELIVERY_BATCH - 1:
+            self._streak += 1
+            return self._queue.popleft()
+        return await self._next()
+
+    async def _next(self) -> Delivery:
+        """:meth:`receive` after its cancellation point, when it has to yield or wait."""
+        queue = self._queue
+        if queue:  # the batch is over: let others run
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        while not queue:
+            if self._closed:
+                raise trio.EndOfChannel
+            self._parked = True
+            await self._waiting.park()
+        self._streak = 0
+        return queue.popleft()
+
+
+DELIVERY_BATCH = 64
+"""Deliveries :meth:`Subscription.receive` hands out between two schedule points."""

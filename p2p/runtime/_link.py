@@ -1,0 +1,353 @@
+"""Links: the per-peer outbox and writer, with reconnection and resending.
+
+A :class:`_Link` owns the sending direction to one peer: it dials when there
+is something to send, coalesces whatever queued meanwhile into one frame,
+re-dials with capped backoff, and on a new connection sends again every frame
+the peer has not confirmed (``p2p._reliable``).  Invariants: packets and
+control packets beyond ``outbox_limit`` queued are dropped and counted, never
+silently; a frame is kept until the peer confirms it on the same connection,
+so a failed write loses nothing; only frames meant for an older life of a
+restarted peer are forgotten, and counted (``stats["lost_on_disconnect"]``).
+
+A link sees its node only through :class:`_LinkOwner` (the few counters,
+tables and calls it needs), so this module does not import the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+from typing import Protocol
+
+import trio
+
+from p2p._errors import SecurityError
+from p2p._membership import Peer
+from p2p._reliable import SendLog, decode_ack
+from p2p._secure import SecureSession
+from p2p._transport import Quiet
+from p2p._wire import (
+    Control,
+    FrameReader,
+    PeerExchange,
+    WireError,
+    WireLimits,
+    encode_packets,
+    frame,
+    uint_size,
+)
+from p2p.runtime._config import NodeConfig
+from p2p.runtime._liveness import incarnation_of
+from topics import Packet
+from vcube import Detector
+
+log = logging.getLogger("p2p.node")
+
+
+class _LinkOwner(Protocol):
+    """What a link uses of its node (:class:`~p2p.runtime.Node`)."""
+
+    config: NodeConfig
+    stats: dict[str, int]
+    peers: dict[int, Peer]
+    quiet: Quiet
+    connections: int
+    _room: trio.Event
+
+    @property
+    def record(self) -> bytes: ...
+
+    @property
+    def detector(self) -> Detector | None: ...
+
+    async def dial(self, peer: Peer) -> tuple[trio.SocketStream, SecureSession]: ...
+
+    def _unreachable(self, node: int) -> None: ...
+
+
+_Item = Packet | PeerExchange | Control
+"""What an outbox holds: core packets, control packets (detector messages, a
+leave), and now and then a peer exchange."""
+
+EXCHANGE_CHUNK = 256
+"""Records per peer-exchange item (well under ``WireLimits.max_records``)."""
+
+
+class _Link:
+    """The outbox and writer of one peer (sending direction only)."""
+
+    def __init__(self, node: _LinkOwner, peer_id: int) -> None:
+        self.node = node
+        self.peer_id = peer_id
+        self.outbox: deque[_Item] = deque()
+        self.wake = trio.Event()
+        self.scope = trio.CancelScope()
+        """Cancelled when the peer is suspected or leaves (:meth:`Node._drop_link`)."""
+        self.control_bytes = 0
+        """Bytes of control packets in the frame :meth:`_take` returned last."""
+        self.alive_bytes = 0
+        """Bytes of its piggybacked detector version (*alive*, ``p2p._wire``)."""
+        self.log = SendLog(secrets.randbits(63) | 1, limit=node.config.unconfirmed_limit)
+        """Frames sent and not yet confirmed by the peer (``p2p._reliable``)."""
+        self.confirmed = False
+        """Whether the peer confirmed a frame on the current connection (it works)."""
+        self.connection: trio.CancelScope | None = None
+        """The current connection's scope (:meth:`redial` closes it)."""
+        self.dialled: Peer | None = None
+        """The record the current connection was dialled from."""
+
+    def put_control(self, item: Control) -> None:
+        """Queue a control packet; a full outbox drops it (counted), like a packet."""
+        if len(self.outbox) >= self.node.config.outbox_limit:
+            self.node.stats["control_dropped"] += 1
+            return
+        self.outbox.append(item)
+        self.wake.set()
+
+    def redial(self, life: int) -> Peer | None:
+        """The peer runs as ``life`` now: a connection to another life of it is
+        closed, so the next frames go to the newest record's address.  Else a
+        process superseded by a newer start of the same identity would take,
+        and confirm, frames meant for the new one.  Returns the record that
+        connection was dialled from (``None``: no such connection)."""
+        if self.connection is None or self.log.peer_life in (None, life):
+            return None
+        self.connection.cancel()
+        # Now, not at the next dial: frames logged from here on are the new
+        # life's (a doomed connection may still take some) and are sent again.
+        self._to_life(life)
+        return self.dialled
+
+    def _to_life(self, life: int) -> None:
+        """Frames logged for another life of the peer are lost with it (counted)."""
+        forgotten = self.log.reconnected(life)
+        if forgotten:
+            self.node.stats["lost_on_disconnect"] += forgotten
+            log.warning("%016x restarted: %d packets to its old life lost", self.peer_id, forgotten)
+
+    def core_packets(self) -> int:
+        """Core packets queued (what the peer loses if the link is dropped now)."""
+        return sum(1 for x in self.outbox if not isinstance(x, _NOT_CORE))
+
+    def put_exchange(self, records: list[bytes], *, reply: bool) -> None:
+        """Queue ``records`` for the peer, in chunks; only the last chunk asks for a reply."""
+        chunks = [records[i : i + EXCHANGE_CHUNK] for i in range(0, len(records), EXCHANGE_CHUNK)]
+        for i, chunk in enumerate(chunks):
+            self.outbox.append(PeerExchange(tuple(chunk), reply and i == len(chunks) - 1))
+        self.wake.set()
+
+    def put(self, packets: list[Packet]) -> None:
+        """Queue ``packets``; beyond the limit they are counted and logged, not kept."""
+        room = self.node.config.outbox_limit - len(self.outbox)
+        if len(packets) > room:
+            lost = len(packets) - max(room, 0)
+            self.node.stats["outbox_overflow"] += lost
+            log.error("outbox to %016x full: %d packets not queued", self.peer_id, lost)
+            packets = packets[: max(room, 0)]
+        self.outbox.extend(packets)
+        self.wake.set()
+
+    async def run(self) -> None:
+        """Dial when there is something to send; write frames; re-dial with backoff.
+
+        Ends when :attr:`scope` is cancelled (the peer was dropped)."""
+        with self.scope:
+            await self._run()
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        # lost: a connection broke and was not re-established since: re-dial at
+        # once, and if that fails, hint the detector (Node._unreachable).
+        lost = False
+        while True:
+            if not lost:
+                await self._wait_for_work()
+            peer = self.node.peers.get(self.peer_id)
+            if peer is None:  # no address yet: discovery will call wake
+                self.wake = trio.Event()
+                await self.wake.wait()
+                continue
+            try:
+                stream, session = await self.node.dial(peer)
+            except (
+                OSError,
+                EOFError,
+                SecurityError,
+                WireError,
+                trio.TooSlowError,
+                trio.BrokenResourceError,
+                trio.ClosedResourceError,
+            ) as exc:
+                self.node.quiet.warn(
+                    ("unreachable", peer.node_id),
+                    "cannot reach %016x at %s:%d: %s",
+                    peer.node_id,
+                    peer.host,
+                    peer.port,
+                    _why(exc),
+                )
+                if lost and not isinstance(exc, SecurityError | WireError):
+                    self.node._unreachable(self.peer_id)  # one hint per lost connection
+                lost = False
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.node.config.max_backoff)
+                continue
+            if self.node.record:  # introduce this node: the peer may not know its address
+                self.outbox.appendleft(PeerExchange((self.node.record,)))
+            self._to_life(incarnation_of(peer))
+            opened = trio.current_time()
+            self.confirmed = False
+            self.node.connections += 1
+            try:
+                with trio.CancelScope() as self.connection:
+                    self.dialled = peer
+                    await self._pump_until_closed(stream, session)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self.node.quiet.warn(
+                    ("lost", self.peer_id), "connection to %016x lost: %s", self.peer_id, exc
+                )
+            finally:
+                self.connection = None
+                self.node.connections -= 1
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+            lost = True
+            if self.confirmed or trio.current_time() - opened >= _LASTED:
+                backoff = 0.05  # a working peer on a flaky network: reconnect at once
+            else:  # closed as soon as opened: back off as after a failed dial, no tight loop
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.node.config.max_backoff)
+
+    async def _pump_until_closed(self, stream: trio.SocketStream, session: SecureSession) -> None:
+        """Send the hello and what the peer has not confirmed, then :meth:`_pump`
+        until a write fails or the peer closes the connection.
+
+        The peer writes only acks on a connection this node dialled, so the
+        ack reader also learns at once when the connection ends (a crashed
+        process's kernel closes it): the link knows without waiting to write.
+        """
+        error: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._read_acks, stream, session, nursery.cancel_scope)
+            try:
+                await self._resume(stream, session)
+                await self._pump(stream, session)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                error = exc  # re-raised outside the nursery, not in an exception group
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def _resume(self, stream: trio.SocketStream, session: SecureSession) -> None:
+        """Open the connection with the link's hello, then every frame the peer
+        has not confirmed, oldest first (it drops those it already handled)."""
+        again = self.log.unconfirmed()
+        records = [self.log.hello().encode(), *(body for body, _ in again)]
+        await stream.send_all(b"".join(frame(session.seal(r)) for r in records))
+        if again:
+            self.node.stats["frames_resent"] += len(again)
+            self.node.stats["packets_resent"] += sum(n for _, n in again)
+
+    async def _read_acks(
+        self, stream: trio.SocketStream, session: SecureSession, scope: trio.CancelScope
+    ) -> None:
+        """Read the peer's acks until the connection ends, then cancel ``scope``;
+        a malformed ack ends the connection too (the log keeps every frame)."""
+        reader = FrameReader(WireLimits(max_frame=64))
+        try:
+            while data := await stream.receive_some(4096):
+                for record in reader.feed(data):
+                    self.log.acked(decode_ack(session.open(record)))
+                    self.confirmed = True
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except (WireError, SecurityError) as exc:
+            log.warning("bad link ack from %016x: %s", self.peer_id, exc)
+        scope.cancel()
+
+    async def _wait_for_work(self) -> None:
+        while not self.outbox:
+            self.wake = trio.Event()
+            await self.wake.wait()
+
+    async def _pump(self, stream: trio.SocketStream, session: SecureSession) -> None:
+        """Write everything queued, one frame per batch that fits ``max_frame``."""
+        while True:
+            await self._wait_for_work()
+            taken = self._take()
+            if taken is None:
+                continue
+            count, body = taken
+            control = self.control_bytes
+            lost = self.log.sent(body, count)  # kept until confirmed: a failed write loses nothing
+            if lost:
+                self.node.stats["lost_on_disconnect"] += lost
+                log.error(
+                    "%016x confirms nothing: %d unconfirmed packets forgotten", self.peer_id, lost
+                )
+            data = frame(session.seal(body))
+            await stream.send_all(data)
+            self.node.stats["frames_sent"] += 1
+            self.node.stats["packets_sent"] += count
+            self.node._room.set()
+            self.node.stats["bytes_sent"] += len(data)
+            if control and not count:  # a frame of control packets only costs its whole size
+                self.node.stats["detector_bytes_sent"] += len(data)
+            else:
+                self.node.stats["detector_bytes_sent"] += control + self.alive_bytes
+
+    def _take(self) -> tuple[int, bytes] | None:
+        """A prefix of the outbox as one frame body, and the core packets in it
+        (:attr:`control_bytes`: the bytes of its control packets, 0 if none).
+
+        Usually everything queued fits and is encoded once; a batch that is too
+        big is halved until it fits.  A single packet too big for any frame is
+        dropped, counted and logged.  A frame carries at most one exchange.
+        """
+        limit = self.node.config.max_frame - 64  # room for the seal's counter and tag
+        count = self._batch_len()
+        while count:
+            batch = [self.outbox[i] for i in range(count)]
+            packets = [x for x in batch if not isinstance(x, _NOT_CORE)]
+            exchange = next((x for x in batch if isinstance(x, PeerExchange)), None)
+            control = [x for x in batch if isinstance(x, _CONTROL)]
+            det = self.node.detector
+            alive = None if det is None else det.version  # as late as possible: the freshest
+            body = encode_packets(packets, exchange, control, alive)  # type: ignore[arg-type]
+            if len(body) <= limit:
+                for _ in range(count):
+                    self.outbox.popleft()
+                self.control_bytes = len(encode_packets([], None, control)) - 3 if control else 0
+                self.alive_bytes = 0 if alive is None else uint_size(alive)
+                return len(packets), body
+            if count == 1:
+                self.outbox.popleft()
+                self.node.stats["oversize_dropped"] += 1
+                log.error("packet of %d bytes exceeds max_frame; dropped", len(body))
+                return None
+            count //= 2
+        return None
+
+    def _batch_len(self) -> int:
+        """Length of the longest outbox prefix with at most one exchange."""
+        seen = False
+        for i, item in enumerate(self.outbox):
+            if isinstance(item, PeerExchange):
+                if seen:
+                    return i
+                seen = True
+        return len(self.outbox)
+
+
+_CONTROL = (*Control.__args__,)
+_NOT_CORE = (PeerExchange, *_CONTROL)
+_LASTED = 1.0
+"""Seconds a connection must have lasted for its loss to reset a link's backoff."""
+
+
+def _why(exc: BaseException) -> str:
+    """A log line's reason: trio's timeouts and some OS errors have no message."""
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out (handshake_timeout)"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,265 @@
+"""Accepted connections and peer exchange: admission, the handshake, reading
+frames into the machine, and the exchanges with seeds.
+
+Invariants: before its handshake completes a connection gets a slot among
+``max_handshakes`` (``max_handshakes_per_host`` per address), at most
+``handshake_timeout`` seconds and handshake messages of bounded size; when a
+cap is reached the oldest pending handshake is evicted (the connection is
+refused only when none is pending).  Every frame of an authenticated peer
+is checked by ``p2p._wire`` before a packet reaches the core and handled in
+arrival order; duplicates after a reconnection are dropped
+(``p2p._reliable``).  A record reaches the machine only verified.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from p2p._errors import SecurityError
+from p2p._reliable import ACK_EVERY, Hello, encode_ack
+from p2p._secure import SecureSession
+from p2p._transport import (
+    Messages,
+    accept_secure,
+    is_loopback,
+    parse_address,
+    remote_host,
+)
+from p2p._wire import PeerExchange, WireError, decode_body, encode_packets, frame
+from p2p.runtime._driver import _ONE_OFF_ERRORS, _Driver
+from p2p.runtime._link import EXCHANGE_CHUNK, _why
+from topics import Packet, RemoteProtocolError
+from vcube import RemoteDetectorError
+
+log = logging.getLogger("p2p.node")
+
+_RECORD_OVERHEAD = 4 + 8 + 16
+"""Bytes a frame adds to its plaintext: length prefix, seal counter, AEAD tag."""
+
+
+class _Server(_Driver):
+    """Serves accepted connections and exchanges peers (see the module docstring)."""
+
+    def _on_exchange(self, sender: int, exchange: PeerExchange) -> None:
+        """Learn the verified records of a peer exchange, answer it, and pass news on.
+
+        Invariant: a record reaches ``add_peer`` only after ``verify``; news goes
+        to this node's VCube neighbours (not back to ``sender``), so a join
+        floods the overlay once, and a reply goes only where one was asked.
+        """
+        now = trio.current_time()
+        before = self.machine.records_learned
+        self._handle(self.machine.exchange(sender, exchange.records, exchange.reply, now), now)
+        self.stats["records_learned"] += self.machine.records_learned - before
+        if exchange.reply and sender not in self.peers:
+            log.warning("peer %016x asked for records without sending its own", sender)
+
+    async def _seed(self, address: str) -> None:
+        """Exchange peers with one seed now and every ``seed_interval`` seconds."""
+        host, port = parse_address(address)
+        backoff = 0.25
+        while True:
+            try:
+                await self._exchange_with(host, port)
+            except _ONE_OFF_ERRORS as exc:
+                self.quiet.warn(("seed", address), "seed %s unreachable: %s", address, _why(exc))
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, self.config.seed_interval)
+                continue
+            backoff = 0.25
+            await trio.sleep(self.config.seed_interval)
+
+    async def _exchange_with(self, host: str, port: int) -> None:
+        """Send our records to ``host:port`` asking for its own (it answers on its link)."""
+        async with self._dialled(host, port) as (stream, session):
+            if session.peer_id == self.id:
+                return  # the seed list names this node itself
+            self._seeded[session.peer_id] = (host, port)
+            records = self.known_records()
+            for i in range(0, len(records), EXCHANGE_CHUNK):
+                last = i + EXCHANGE_CHUNK >= len(records)
+                ex = PeerExchange(tuple(records[i : i + EXCHANGE_CHUNK]), reply=last)
+                await stream.send_all(frame(session.seal(encode_packets([], ex))))
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """One accepted connection: authenticate, then feed its frames to the core.
+
+        Before the handshake completes a peer gets almost nothing: a slot among
+        ``max_handshakes`` (and ``max_handshakes_per_host`` per source address,
+        loopback excepted), ``handshake_timeout`` seconds, and handshake
+        messages of at most ``MAX_HANDSHAKE_SIZE`` bytes, refused on their
+        length prefix before a byte is buffered."""
+        host = remote_host(stream)
+        if not self._make_room(host):
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        peer = "unauthenticated peer"
+        session_peer: int | None = None
+        self.connections += 1
+        ticket = self._tickets = self._tickets + 1
+        scope = trio.CancelScope()
+        self._handshakes[ticket] = (host, scope)
+        try:
+            try:
+                with scope:
+                    session, messages = await accept_secure(
+                        stream,
+                        self.identity,
+                        self.fleet,
+                        self.config.max_frame + 64,
+                        self.config.handshake_timeout,
+                        self._revoked,
+                    )
+            finally:
+                self._handshakes.pop(ticket, None)
+            if scope.cancelled_caught:
+                return  # evicted by a newer connection (_make_room)
+            session_peer = session.peer_id
+            peer = f"{session_peer:016x}"
+            await self._read_frames(messages, session)
+        except (
+            SecurityError,
+            WireError,
+            RemoteProtocolError,
+            RemoteDetectorError,
+            trio.TooSlowError,
+        ) as exc:
+            self.stats["rejected_connections"] += 1
+            if session_peer is None:  # junk: a debug line each, a warning per 10 s
+                log.debug("closing connection from %s: %s", peer, _why(exc))
+                self.quiet.warn(
+                    ("junk", None),
+                    "closing connections of unauthenticated peers (%s: %s)",
+                    host,
+                    _why(exc),
+                )
+            else:  # a member's fault: every time
+                log.warning("closing connection from %s: %s", peer, _why(exc))
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
+            pass
+        finally:
+            self.connections -= 1
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    def _make_room(self, host: str) -> bool:
+        """Admit a new connection from ``host``, evicting the oldest handshake
+        under way where a cap is reached (``False``: refused, nothing to evict).
+
+        Eviction, not refusal: junk that holds every handshake slot (or file
+        descriptor) for ``handshake_timeout`` would otherwise lock members out,
+        while a member's handshake takes milliseconds, so the oldest pending
+        one is the likeliest junk.  Invariant: at most ``max_handshakes``
+        pending (``max_handshakes_per_host`` per address, loopback excepted)
+        and ``max_connections`` open, the latter also kept below the
+        process's file descriptor limit."""
+        cfg = self.config
+        pending = self._handshakes
+        mine = [t for t, (h, _) in pending.items() if h == host]
+        if len(mine) >= cfg.max_handshakes_per_host and not is_loopback(host):
+            self._evict(mine[0], f"{len(mine)} handshakes from {host} (max_handshakes_per_host)")
+        elif len(pending) >= cfg.max_handshakes:
+            self._evict(next(iter(pending)), f"{len(pending)} handshakes (max_handshakes)")
+        elif self.connections >= self._max_connections:
+            if not pending:
+                self._refuse(host, f"{self.connections} connections open (max_connections)")
+                return False
+            self._evict(next(iter(pending)), f"{self.connections} connections (max_connections)")
+        return True
+
+    def _evict(self, ticket: int, why: str) -> None:
+        host, scope = self._handshakes.pop(ticket)
+        scope.cancel()
+        self._refuse(host, why)
+
+    def _refuse(self, host: str, why: str) -> None:
+        """Count a refused or evicted connection; one log line per 10 s, however many."""
+        self.stats["refused_connections"] += 1
+        self.quiet.warn(
+            ("refused", None),
+            "refusing connections (%d so far), e.g. from %s: %s",
+            self.stats["refused_connections"],
+            host,
+            why,
+        )
+
+    async def _read_frames(self, messages: Messages, session: SecureSession) -> None:
+        """Decode, check and hand every packet to the core, in arrival order.
+
+        Every frame is a sign of life of its sender, with the detector version
+        it carries: one dict write here, handed to the detector at its next
+        timer (``NodeMachine.handle_timer``)."""
+        peer = session.peer_id
+        heard = self._heard
+        alive_set, dead = self._alive, self._dead
+        link, lseq, first = await self._link_hello(messages, session)
+        revoked = self._revoked
+        while True:
+            if first is not None:
+                plain, first = first, None
+            elif (record := await messages.next()) is not None:
+                plain = session.open(record)
+            else:
+                return
+            if peer in revoked:  # checked after the wait: the list may have come meanwhile
+                raise SecurityError(f"{peer:016x} was revoked by the fleet")
+            if link:
+                lseq += 1
+                if not self._received.fresh(peer, link, lseq):
+                    self.stats["frames_duplicate"] += 1
+                    if not messages.ready:
+                        await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
+                    continue
+            body = decode_body(plain, self._limits)
+            if peer in dead and peer not in alive_set and body.packets:
+                self._restarted_by(peer, body.packets)
+            alive = body.alive
+            if alive is None:
+                heard.setdefault(peer, None)
+            else:
+                seen = heard.get(peer)
+                heard[peer] = alive if seen is None or seen < alive else seen
+            self.stats["frames_received"] += 1
+            self.stats["bytes_received"] += len(plain) + _RECORD_OVERHEAD
+            now = trio.current_time()  # every packet of a frame arrived together
+            for packet in body.packets:
+                self.stats["packets_received"] += 1
+                self._handle(self.core.receive(peer, packet, now), now)
+            if body.control:
+                self._on_control(peer, body.control)
+            if body.exchange is not None:
+                self._on_exchange(peer, body.exchange)
+            if link and (not messages.ready or lseq % ACK_EVERY == 0):
+                await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
+
+    async def _link_hello(
+        self, messages: Messages, session: SecureSession
+    ) -> tuple[int, int, bytes | None]:
+        """The link a connection carries and the ``lseq`` before its first frame,
+        read from its first record; ``(0, 0, plaintext)`` for a connection with no
+        hello (a one-off, such as a seed's exchange, whose frames are all new),
+        with the first record's plaintext still to handle."""
+        record = await messages.next()
+        if record is None:
+            return 0, 0, None
+        plain = session.open(record)
+        hello = Hello.parse(plain)
+        if hello is None:
+            return 0, 0, plain
+        self._received.opened(session.peer_id, hello)
+        return hello.link, hello.first - 1, None
+
+    def _restarted_by(self, peer: int, packets: list[Packet]) -> None:
+        """Core packets from ``peer``, which this node believes crashed: the
+        rounds it starts name its incarnation, and a newer one than any known
+        is a restart, learnt before the packets reach the core.  Otherwise the
+        answers to them (the ACK of a re-subscription after a false suspicion)
+        would be dropped as sent to a crashed node, and the round would never
+        complete; the detector's news of the restart travels in the same frame
+        but is read after the packets."""
+        incs = [p.round.incarnation for p in packets if p.round.source == peer]
+        now = trio.current_time()
+        self._handle(self.machine.restarted_by(peer, incs, now), now)
