@@ -1,7 +1,7 @@
 """``NodeMachine``: one node's membership, failure detector and pub/sub core, sans-IO.
 
 DESIGN.md §1 and §5.  Both drivers run this class unchanged: the trio runtime
-(``p2p._node.Node``) and the simulator (``p2p.sim.Simulation`` with a
+(``p2p.runtime.Node``) and the simulator (``p2p.sim.Simulation`` with a
 detector).  It never reads a clock, never does I/O and draws no randomness:
 every input takes ``now``, and every effect is an *output* the driver carries
 out (core outputs such as ``Send`` and ``Delivered``, plus the membership
