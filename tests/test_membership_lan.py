@@ -241,7 +241,9 @@ def test_a_node_started_twice_hands_its_identity_to_the_newer_start(tmp_path: Pa
     copied = tmp_path / "node4-copy"
     shutil.copytree(older.identity, copied, ignore=shutil.ignore_patterns("*.lock"))
     newer = NodeRun(5, older.node_id, copied, older.role)
-    argv = _argv(newer, "--service-type", stype, "--settle", "3", count=0, rate=rate, duration=20)
+    # It stays until well after the last publication (about 26 s in): a
+    # loaded host delays the tail, and leaving early would lose it here.
+    argv = _argv(newer, "--service-type", stype, "--settle", "3", count=0, rate=rate, duration=30)
     procs.append(_start(newer, tmp_path, argv))
     everyone = [*nodes, newer]
     _wait(everyone, procs, duration + 30)
