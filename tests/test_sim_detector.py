@@ -794,3 +794,23 @@ def test_a_frontier_drops_what_it_covers_that_is_held_here() -> None:
     )
     intro = {k: [0] for k in range(1, 6)}
     _replay(Simulation(list(range(6)), seed=0, detector=FAST, introductions=intro), script)
+
+
+def test_a_frontier_reaches_past_a_gap_the_newcomer_has_the_far_side_of() -> None:
+    """Verify profile, seed 589928 (causal order): node 4 comes back and
+    subscribes knowing nobody; node 6 died, and node 4 holds the relay of its
+    last publication (6, 4), taken for the first of the stream it is owed
+    (its predecessor never came).  Node 5's announce bound skips (5, 1)
+    unseen, which follows (6, 4); node 3's (3, 1) follows (5, 1) and was
+    delivered before (6, 4).  Node 5's frontier stopped at (6, 4): it never
+    got (6, 1).  Node 4 received nothing below (6, 4), so nothing in that gap
+    followed its op, and the frontier now covers (6, 4) and replaces the
+    stand-in bound: (6, 4) is dropped as skipped."""
+    script = _lines(
+        "0;SUB;0;t 0;SUB;3;t 0;CRASH;5 0;SUB;6;t 0;PUB;6;t 0;UNS;0;t 0;SUB;0;t 0;UNS;6;t "
+        "0;SUB;6;t 0;RECOVER;5 0;UNS;0;t 0;SUB;1;t 0;SUB;5;t 2316;CRASH;1 3600;PUB;6;t "
+        "3616;RECOVER;1 3666;SUB;4;t 4383;PUB;5;t 5121;CRASH;6 5143;PUB;3;t 5310;CRASH;4 "
+        "5738;RECOVER;4 5738;SUB;4;t"
+    )
+    intro = {k: [0] for k in range(1, 8)}
+    _replay(Simulation(list(range(8)), seed=589928, detector=FAST, introductions=intro), script)

@@ -92,6 +92,9 @@ GAP = -2
 own stream never came here (a gap: see ``VCubePS._sync_frontier``'s ``beyond``).
 Another stream's publication that follows it is marked ``ANY_OP``."""
 
+GAP2 = -3
+"""In ``_Topic.novel``: the publication after the stream's second gap."""
+
 SKIPPED_PAST = 4096
 """Skipped publications whose causal past a subscription remembers (oldest forgotten)."""
 
@@ -267,6 +270,9 @@ class _Topic:
     # Streams below which the SUB round's sub-trees had received publications
     # before acknowledging (Ack.predates): skipped where no bound came.
     predates: dict[tuple[int, int], int] = field(default_factory=dict)
+    # Streams whose bound stands in for one that will not come
+    # (VCubePS._start_stream_at): a member's frontier may raise it.
+    inferred: set[tuple[int, int]] = field(default_factory=set)
     # Per stream, per node, the first publication received here that may follow
     # an op of that node this node did not know when it came (ANY_OP: of any
     # node; VCubePS._note_novel): where the frontier an announce to or from
@@ -549,7 +555,7 @@ class VCubePS:
         state.subscribed, state.confirmed = True, False
         # A fresh subscription owns nothing published before it, its own included.
         state.bounds = {(self.id, self.incarnation): op.rc}
-        state.predates = {}
+        state.predates, state.inferred = {}, set()
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
@@ -1223,7 +1229,7 @@ class VCubePS:
         for msg in fresh:
             found = self._unknown_ops(state, msg)
             if msg.prev > last:
-                found.add(GAP)
+                found.add(GAP2 if marks and GAP in marks else GAP)
             if found:
                 marks = state.novel.setdefault(key, {})
                 for node in found:
@@ -1266,7 +1272,7 @@ class VCubePS:
             if marks:
                 for n, first in marks.items():
                     if d.seq >= first:
-                        found.add(ANY_OP if n == GAP else n)
+                        found.add(n if n >= 0 else ANY_OP)  # a gap there: any op
         return found
 
     def _sync_frontier(
@@ -1290,12 +1296,13 @@ class VCubePS:
         known here).
 
         Returns that frontier and ``beyond``: for the streams where a gap
-        stopped it, where it would stop without gaps.  A gap cannot hold an
-        owed publication the newcomer lacks: the first publication of a
-        source after it learnt the op went to the newcomer in a round that
+        stopped it, where it would stop without that gap (at the next gap at
+        most).  The gap cannot hold the first publication its source made
+        after it learnt the op: that one went to the newcomer in a round that
         completed before the round of the publication after the gap (received
         here) started.  So if the newcomer received nothing of the stream
-        below ``beyond``, no gap publication follows the op (:meth:`_frontier`)."""
+        below the frontier (the publication after the gap), nothing in the
+        gap follows the op (:meth:`_frontier`)."""
         first: dict[tuple[int, int], int] = {}
         beyond: dict[tuple[int, int], int] = {}
         if state.preset:
@@ -1310,8 +1317,8 @@ class VCubePS:
             if marks:
                 end = min(end, marks.get(newcomer, end), marks.get(ANY_OP, end))
             gap = marks.get(GAP) if marks else None
-            if gap is not None and gap < end:
-                beyond[stream] = end
+            if marks and gap is not None and gap < end:
+                beyond[stream] = min(end, marks.get(GAP2, end))  # past one gap only
                 end = gap
             if end > 0:
                 first[stream] = end
@@ -1625,15 +1632,21 @@ class VCubePS:
             predates = dict(predates)
             for stream, end in beyond.items():
                 got = state.first_rx.get(_stream_key(*stream))
-                if got is None or got >= end:
+                if got is None or got >= predates.get(stream, end):
                     predates[stream] = max(end, predates.get(stream, 0))
+        bounds, inferred = state.bounds, state.inferred
         cut = {
             stream: first for stream, first in predates.items()
-            if stream not in state.bounds and first > state.predates.get(stream, 0)
+            if (stream not in bounds or stream in inferred)
+            and first > bounds.get(stream, state.predates.get(stream, 0))
         }  # fmt: skip
         if not cut:
             return []
-        state.predates.update(cut)
+        for stream, first in cut.items():
+            if stream in bounds:
+                bounds[stream] = first  # it stood in for a bound: the frontier says more
+            else:
+                state.predates[stream] = first
         dropped = state.buffer.discard(
             lambda m: m.id.seq < cut.get((m.id.source, m.id.incarnation), -1)
         )
@@ -1756,7 +1769,9 @@ class VCubePS:
         releases.  For a crashed source that gave no bound, and for a
         newcomer's stream below its announce bound (:meth:`_synced`).
         """
-        state.bounds[(first.id.source, first.id.incarnation)] = first.id.seq
+        stream = (first.id.source, first.id.incarnation)
+        state.bounds[stream] = first.id.seq
+        state.inferred.add(stream)
         return state.buffer.advance(first.id.source, first.id.incarnation, first.prev)
 
     @staticmethod
