@@ -814,3 +814,22 @@ def test_a_frontier_reaches_past_a_gap_the_newcomer_has_the_far_side_of() -> Non
     )
     intro = {k: [0] for k in range(1, 8)}
     _replay(Simulation(list(range(8)), seed=589928, detector=FAST, introductions=intro), script)
+
+
+def test_a_frontier_counts_while_the_subscription_waits_for_announces() -> None:
+    """Verify profile, seed 0 (four nodes; liveness): node 2 comes back and
+    subscribes knowing nobody, but has just learnt node 0's subscription, so
+    its confirmation waits for the announce to node 0.  Node 0's ACK and
+    node 1's announce carried frontiers covering dead node 3's (3, 1); both
+    came before the confirmation and were dropped, so node 0's (0, 9), which
+    names (3, 1), was held for good.  A lonely subscription now takes
+    frontiers while it waits for its announces too."""
+    ids = [0, 11400714819323198485, 4354685564936845354, 15755400384260043839]
+    script = _lines(
+        " ".join(f"0;{a};0;t" for a in ["SUB", "UNS"] * 3)
+        + " 0;SUB;2;t 0;SUB;0;t 0;SUB;1;t 0;UNS;0;t 20;SUB;3;t 250;SUB;0;t 418;CRASH;2 "
+        "453;PUB;3;t 2010;CRASH;3 3944;RECOVER;2 4153;SUB;2;t 4336;PUB;0;t",
+        ids,
+    )
+    intro = {k: [0] for k in ids[1:]}
+    _replay(Simulation(ids, seed=0, detector=FAST, introductions=intro), script)

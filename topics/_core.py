@@ -285,8 +285,9 @@ class _Topic:
     # frontier is ever sent (an oracle's members never subscribe knowing
     # nobody, and the marks would cost every received publication).
     preset: bool = False
-    # This subscription's SUB round reached nobody (it was confirmed knowing
-    # nobody): the only case that takes members' frontiers (VCubePS._frontier).
+    # This subscription's SUB round reached nobody (it is confirmed knowing
+    # nobody, or waits only for announces to subscribers it learned of since):
+    # the only case that takes members' frontiers (VCubePS._frontier).
     lonely: bool = False
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
@@ -556,6 +557,7 @@ class VCubePS:
         # A fresh subscription owns nothing published before it, its own included.
         state.bounds = {(self.id, self.incarnation): op.rc}
         state.predates, state.inferred = {}, set()
+        state.lonely = False  # known when its SUB round starts (_round_for)
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
@@ -909,7 +911,7 @@ class VCubePS:
         if isinstance(packet, Uns):
             new_op = packet.op.newer_than(state.view.get(packet.op.node))
             out.extend(self._learn(state, packet.op))
-            if packet.predates and state.confirmed and state.lonely:
+            if packet.predates and state.subscribed and state.lonely:
                 beyond = dict(_bounds_of(packet.beyond))
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
         for msg in fresh:
@@ -1577,12 +1579,12 @@ class VCubePS:
         own = state.view.get(self.id)
         if own is None or not own.subscribed or pending.ids != (own.op_id,):
             return out  # announced an older op: the bound says nothing of this one
+        if pending.predates and state.lonely:  # also while confirmation waits for it
+            out.extend(self._frontier(state, pending.predates, pending.beyond or {}))
         if not state.confirmed:
             if pending.dest not in state.syncing:
                 return out  # the SUB round of this op is still to come
             return out + self._sync_before_confirm(state, pending)
-        if pending.predates and state.lonely:
-            out.extend(self._frontier(state, pending.predates, pending.beyond or {}))
         if not pending.bounds:
             return out
         ready: list[PubMessage] = []
