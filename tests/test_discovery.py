@@ -84,3 +84,42 @@ def test_forged_record_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
     trio.run(main)
     assert ups == [0xE5]
     assert "bad signature" in caplog.text
+
+
+def test_browsing_does_not_wait_for_the_announcement() -> None:
+    """Entering returns while zeroconf still probes the name (at least 1.15 s by its
+    schedule), and a peer already announced is reported before that probing ends."""
+
+    async def main() -> None:
+        async with _announcer(0xA6, 4006) as a:
+            with trio.fail_after(15):
+                await a.registered.wait()
+            async with _announcer(0xB7, 4007) as b:
+                assert not b.registered.is_set()
+                with trio.fail_after(15):
+                    got = await _first_up(b)
+                    await b.registered.wait()
+                assert got[-1].peer.node_id == 0xA6
+
+    trio.run(main)
+
+
+def test_a_squatted_name_is_announced_anyway(caplog: pytest.LogCaptureFixture) -> None:
+    """Someone already answering for this node's name (its browser sees that
+    while the name is probed) neither stops discovery nor silences the node:
+    one warning, the service announced without a second probe, and the peers
+    still found."""
+
+    async def main() -> None:
+        async with _announcer(0xF8, 4008) as squatter, _announcer(0xC9, 4009) as honest:
+            with trio.fail_after(15):
+                await squatter.registered.wait()
+                await honest.registered.wait()
+            async with _announcer(0xF8, 4010) as victim:
+                with trio.fail_after(15):
+                    got = await _first_up(victim)
+                    await victim.registered.wait()
+                assert got[-1].peer.node_id == 0xC9
+
+    trio.run(main)
+    assert "answered for by someone else" in caplog.text
