@@ -34,20 +34,21 @@ it dials the ones it finds, as from any other hint.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from p2p._errors import P2PError
 from p2p._membership import Peer
+
+if TYPE_CHECKING:  # asyncio (zeroconf's) loads when discovery starts, not on import
+    import concurrent.futures
 
 SERVICE_TYPE = "_vcubeps._tcp.local."
 CHUNK = 200
@@ -206,6 +207,8 @@ class Discovery:
         Invariant: the browser runs before the registration is submitted, so a
         peer's service found while this node's name is being probed is reported
         then, not after the probing (the module doc)."""
+        import asyncio
+
         from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, Zeroconf
 
         token = self._token
