@@ -21,15 +21,20 @@ was given (``127.0.0.1`` keeps everything on loopback).  Its TXT properties
 carry the node's signed discovery record split into 200-byte chunks
 ``r0 .. rN`` (DNS-SD limits one string to 255 bytes).
 
-Browsing does not wait for the announcement: zeroconf probes the name for
-about 1.2 s before it announces it (RFC 6762 §8.1; a random 150-250 ms, then
-three probes 500 ms apart), so the browser starts first and the registration
-runs beside it on zeroconf's loop (``async_register_service``); peers found
-meanwhile are reported at once, and ``Discovery`` is entered as soon as
-zeroconf listens.  Someone else answering for this node's name does not keep
-it from being announced (:func:`_register`); a registration that fails anyway
-is one error line, not the end of the node: its peers still learn of it when
-it dials the ones it finds, as from any other hint.
+Browsing does not wait for the announcement: the browser starts first and
+the registration runs beside it on zeroconf's loop (``async_register_service``);
+peers found meanwhile are reported at once, and ``Discovery`` is entered as
+soon as zeroconf listens.  The name is announced without probing it first
+(``cooperating_responders``; RFC 6762 §8.1 probes for about 1.2 s: a random
+150-250 ms, then three probes 500 ms apart).  A probe exists to pick another
+name when the one wanted is taken; ours is the hex of the node id and carries
+a signed record, so whoever else answers for it is a squatter, a stale cache
+entry or a copy of this node's identity, and the node must be announced all
+the same (peers verify what they resolve).  Probing would change nothing but
+delay every node's first appearance by those 1.2 s, and a squatter could make
+the registration fail.  A registration that fails anyway is one error line,
+not the end of the node: its peers still learn of it when it dials the ones
+it finds, as from any other hint.
 """
 
 from __future__ import annotations
@@ -107,23 +112,11 @@ def join_record(props: dict[bytes, bytes | None]) -> bytes:
     return record
 
 
-async def _register(zc: Any, info: Any) -> bool:
-    """On zeroconf's loop: probe ``info``'s name, then announce it (every broadcast).
-
-    Returns whether the probe found the name taken.  The name is the hex of the
-    node id and the record it carries is signed, so whoever else answers for it
-    is a squatter or a stale cache entry, not a rightful owner: the service is
-    announced anyway, without probing again (peers verify what they resolve)."""
-    from zeroconf import NonUniqueNameException
-
-    try:
-        broadcast = await zc.async_register_service(info)
-        taken = False
-    except NonUniqueNameException:
-        broadcast = await zc.async_register_service(info, cooperating_responders=True)
-        taken = True
+async def _register(zc: Any, info: Any) -> None:
+    """On zeroconf's loop: announce ``info`` without probing its name (the module
+    doc says why), and return once every announcement is sent."""
+    broadcast = await zc.async_register_service(info, cooperating_responders=True)
     await broadcast
-    return taken
 
 
 class Discovery:
@@ -163,7 +156,7 @@ class Discovery:
         self._zc: Any = None
         self._info: Any = None
         self._browser: Any = None
-        self._registration: concurrent.futures.Future[bool] | None = None
+        self._registration: concurrent.futures.Future[None] | None = None
         self.registered = trio.Event()
         """Set once this node's service is announced (never, with ``announce=False``
         or when the registration failed; see the module doc)."""
@@ -205,8 +198,8 @@ class Discovery:
         """Open zeroconf, browse, and start the registration without waiting for it.
 
         Invariant: the browser runs before the registration is submitted, so a
-        peer's service found while this node's name is being probed is reported
-        then, not after the probing (the module doc)."""
+        peer's service found while this node's announcements are under way is
+        reported then, not after them (the module doc)."""
         import asyncio
 
         from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, Zeroconf
@@ -236,7 +229,7 @@ class Discovery:
                 _register(self._zc, self._info), self._zc.loop
             )
 
-            def on_done(future: concurrent.futures.Future[bool]) -> None:
+            def on_done(future: concurrent.futures.Future[None]) -> None:
                 # zeroconf's thread (or ours, if it was already done): hand over to trio.
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(self._registration_done, future)
@@ -244,17 +237,11 @@ class Discovery:
             self._registration = registration
             registration.add_done_callback(on_done)
 
-    def _registration_done(self, future: concurrent.futures.Future[bool]) -> None:
+    def _registration_done(self, future: concurrent.futures.Future[None]) -> None:
         if future.cancelled():
             return
         exc = future.exception()
         if exc is None:
-            if future.result():
-                log.warning(
-                    "mDNS name %s is answered for by someone else (a squatter or a stale "
-                    "cache): announced anyway, peers verify the signed record",
-                    self.name,
-                )
             log.debug("mDNS service %s announced", self.name)
             self.registered.set()
         else:  # zeroconf raises its own types (NotRunningException, ...)
