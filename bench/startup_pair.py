@@ -2,10 +2,12 @@
 
 Run from this checkout's root (needs the ``bench`` extra)::
 
-    python -m bench.startup_pair --base /work/main --pairs 3 \\
-        --out bench/results/startup_pair.json
+    mkdir /tmp/base && git archive BASE_COMMIT | tar -x -C /tmp/base
+    python -m bench.startup_pair --base /tmp/base --base-commit BASE_COMMIT \\
+        --pairs 6 --out bench/results/startup_pair.json
 
-``--base`` is another checkout of the library (the baseline, e.g. ``main``).
+``--base`` is another checkout of the library (the baseline: a ``git
+archive`` of a commit stays put while others commit, a worktree need not).
 Each *pair* measures both checkouts one right after the other, the order
 alternating from pair to pair (base first, then this one first, ...), so a
 load that drifts during the run weighs on both sides alike.  Per checkout and
@@ -93,19 +95,21 @@ def cold(root: Path, out: Path) -> dict[str, Any]:
     return {"mdns": ours["cold"], "seeds": ours.get("cold_seeds"), "loadavg": ours["loadavg"]}
 
 
-def describe(root: Path) -> dict[str, Any]:
-    """Commit, uncommitted files and where ``p2p`` loads from, for one checkout."""
+def describe(root: Path, label: str = "") -> dict[str, Any]:
+    """Commit (``label`` for a tree outside git, e.g. a ``git archive``), uncommitted
+    files and where ``p2p`` loads from, for one checkout."""
 
     def git(*args: str) -> str:
         res = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-        return res.stdout.strip()
+        return res.stdout.strip() if res.returncode == 0 else ""
 
     probe = "import p2p; print(p2p.__file__)"
-    loads = subprocess.run([sys.executable, "-c", probe], cwd=root, env=_env(root, root),
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
+    loads = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     return {
         "root": str(root),
-        "commit": git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD") or label,
         "uncommitted": git("status", "--porcelain", "--untracked-files=no").splitlines(),
         "p2p_loads_from": loads,
     }
@@ -153,12 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure, print one line per quantity, write the JSON."""
     p = argparse.ArgumentParser(prog="python -m bench.startup_pair", description=__doc__)
     p.add_argument("--base", type=Path, required=True, help="the baseline checkout's root")
+    p.add_argument(
+        "--base-commit", default="", help="the base's commit, if it is not a git checkout"
+    )
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--import-repeat", type=int, default=7)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "startup_pair.json")
     args = p.parse_args(argv)
     trees = {"base": args.base.resolve(), "head": ROOT}
-    info = {side: describe(root) for side, root in trees.items()}
+    info = {"base": describe(trees["base"], args.base_commit), "head": describe(ROOT)}
     pairs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         caches = {side: Path(tmp) / f"pyc-{side}" for side in trees}
