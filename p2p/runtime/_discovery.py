@@ -265,8 +265,8 @@ class Discovery:
             if self._browser is not None:
                 self._browser.cancel()
             registration = self._registration
-            # Still probing: cancelled (close() says goodbye to whatever made it
-            # into zeroconf's registry); announced: goodbye now.
+            # Still announcing: cancelled (close() says goodbye to whatever made
+            # it into zeroconf's registry); announced: goodbye now.
             if (
                 registration is not None
                 and not registration.cancel()
