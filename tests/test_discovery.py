@@ -84,3 +84,39 @@ def test_forged_record_is_ignored(caplog: pytest.LogCaptureFixture) -> None:
     trio.run(main)
     assert ups == [0xE5]
     assert "bad signature" in caplog.text
+
+
+def test_browsing_does_not_wait_for_the_announcement() -> None:
+    """Entering returns before the announcements are sent (the last one 450 ms after
+    the first, by zeroconf's schedule), and the peers are found."""
+
+    async def main() -> None:
+        async with _announcer(0xA6, 4006) as a, _announcer(0xB7, 4007) as b:
+            assert not b.registered.is_set()
+            with trio.fail_after(15):
+                got_b = await _first_up(b)
+                got_a = await _first_up(a)
+                await a.registered.wait()
+                await b.registered.wait()
+            assert got_b[-1].peer.node_id == 0xA6
+            assert got_a[-1].peer.node_id == 0xB7
+
+    trio.run(main)
+
+
+def test_a_squatted_name_is_announced_anyway() -> None:
+    """A forger already answering for this node's name neither stops discovery
+    nor keeps the node's own service from being announced."""
+
+    async def main() -> None:
+        async with (
+            _announcer(0xF8, 4008, good=False),
+            _announcer(0xC9, 4009),
+            _announcer(0xF8, 4010) as victim,
+        ):
+            with trio.fail_after(15):
+                got = await _first_up(victim)
+                await victim.registered.wait()
+            assert got[-1].peer.node_id == 0xC9
+
+    trio.run(main)

@@ -1,40 +1,94 @@
 """VCube-PS topic-based publish/subscribe as a sans-IO core (thesis ch. 5)."""
 
-from topics._config import PubSubConfig
-from topics._core import VCubePS
-from topics._errors import (
-    AlreadySubscribedError,
-    LocalProtocolError,
-    NotSubscribedError,
-    RemoteProtocolError,
-    TopicsError,
-)
-from topics._events import (
-    Delivered,
-    Dropped,
-    Event,
-    Held,
-    Output,
-    Published,
-    Received,
-    RoundAcked,
-    Send,
-    Subscribed,
-)
-from topics._messages import (
-    Ack,
-    Bound,
-    Bundle,
-    Packet,
-    PubMessage,
-    PubRound,
-    RoundId,
-    Sub,
-    Uns,
-    ViewEntry,
-    wire_size,
-)
-from topics._srpt import SRPTNode
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from topics._config import PubSubConfig
+    from topics._core import VCubePS
+    from topics._errors import (
+        AlreadySubscribedError,
+        LocalProtocolError,
+        NotSubscribedError,
+        RemoteProtocolError,
+        TopicsError,
+    )
+    from topics._events import (
+        Delivered,
+        Dropped,
+        Event,
+        Held,
+        Output,
+        Published,
+        Received,
+        RoundAcked,
+        Send,
+        Subscribed,
+    )
+    from topics._messages import (
+        Ack,
+        Bound,
+        Bundle,
+        Packet,
+        PubMessage,
+        PubRound,
+        RoundId,
+        Sub,
+        Uns,
+        ViewEntry,
+        wire_size,
+    )
+    from topics._srpt import SRPTNode
+
+_LAZY = {
+    "Ack": "topics._messages",
+    "AlreadySubscribedError": "topics._errors",
+    "Bound": "topics._messages",
+    "Bundle": "topics._messages",
+    "Delivered": "topics._events",
+    "Dropped": "topics._events",
+    "Event": "topics._events",
+    "Held": "topics._events",
+    "LocalProtocolError": "topics._errors",
+    "NotSubscribedError": "topics._errors",
+    "Output": "topics._events",
+    "Packet": "topics._messages",
+    "PubMessage": "topics._messages",
+    "PubRound": "topics._messages",
+    "PubSubConfig": "topics._config",
+    "Published": "topics._events",
+    "Received": "topics._events",
+    "RemoteProtocolError": "topics._errors",
+    "RoundAcked": "topics._events",
+    "RoundId": "topics._messages",
+    "SRPTNode": "topics._srpt",
+    "Send": "topics._events",
+    "Sub": "topics._messages",
+    "Subscribed": "topics._events",
+    "TopicsError": "topics._errors",
+    "Uns": "topics._messages",
+    "VCubePS": "topics._core",
+    "ViewEntry": "topics._messages",
+    "wire_size": "topics._messages",
+}
+"""Public name -> the private module defining it, imported on first use (PEP 562),
+so importing one name does not load every module of the package."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'topics' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Ack",

@@ -1,37 +1,93 @@
 """VCube: hypercube clusters, spanning trees, failure detector; sparse 64-bit ids (sans-IO)."""
 
-from vcube._detector import (
-    Corrected,
-    Detector,
-    DetectorConfig,
-    DetectorMessage,
-    DetectorOutput,
-    DetectorStats,
-    Entry,
-    Joined,
-    Left,
-    Probe,
-    Push,
-    Reply,
-    Reported,
-    Restarted,
-    SelfSuspected,
-    SendDetector,
-    Suspected,
-    decode_detector,
-    encode_detector,
-)
-from vcube._errors import DetectorError, RemoteDetectorError, UnknownNodeError, VCubeError
-from vcube._topology import (
-    ID_BITS,
-    MAX_ID,
-    Hypercube,
-    check_id,
-    cluster,
-    depth_and_degree,
-    partition,
-    partition_sorted,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vcube._detector import (
+        Corrected,
+        Detector,
+        DetectorConfig,
+        DetectorMessage,
+        DetectorOutput,
+        DetectorStats,
+        Entry,
+        Joined,
+        Left,
+        Probe,
+        Push,
+        Reply,
+        Reported,
+        Restarted,
+        SelfSuspected,
+        SendDetector,
+        Suspected,
+        decode_detector,
+        encode_detector,
+    )
+    from vcube._errors import DetectorError, RemoteDetectorError, UnknownNodeError, VCubeError
+    from vcube._topology import (
+        ID_BITS,
+        MAX_ID,
+        Hypercube,
+        check_id,
+        cluster,
+        depth_and_degree,
+        partition,
+        partition_sorted,
+    )
+
+_LAZY = {
+    "Corrected": "vcube._detector",
+    "Detector": "vcube._detector",
+    "DetectorConfig": "vcube._detector",
+    "DetectorError": "vcube._errors",
+    "DetectorMessage": "vcube._detector",
+    "DetectorOutput": "vcube._detector",
+    "DetectorStats": "vcube._detector",
+    "Entry": "vcube._detector",
+    "Hypercube": "vcube._topology",
+    "ID_BITS": "vcube._topology",
+    "Joined": "vcube._detector",
+    "Left": "vcube._detector",
+    "MAX_ID": "vcube._topology",
+    "Probe": "vcube._detector",
+    "Push": "vcube._detector",
+    "RemoteDetectorError": "vcube._errors",
+    "Reply": "vcube._detector",
+    "Reported": "vcube._detector",
+    "Restarted": "vcube._detector",
+    "SelfSuspected": "vcube._detector",
+    "SendDetector": "vcube._detector",
+    "Suspected": "vcube._detector",
+    "UnknownNodeError": "vcube._errors",
+    "VCubeError": "vcube._errors",
+    "check_id": "vcube._topology",
+    "cluster": "vcube._topology",
+    "decode_detector": "vcube._detector",
+    "depth_and_degree": "vcube._topology",
+    "encode_detector": "vcube._detector",
+    "partition": "vcube._topology",
+    "partition_sorted": "vcube._topology",
+}
+"""Public name -> the private module defining it, imported on first use (PEP 562),
+so importing one name does not load every module of the package."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vcube' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ID_BITS",

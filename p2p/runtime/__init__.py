@@ -43,7 +43,10 @@ downwards: ``p2p.machine``, ``p2p._wire``, ``p2p._reliable``, the secure
 channel (``p2p._identity``, ``p2p._secure``, ``p2p._transport``,
 ``p2p._revocation``, shared with the telemetry collector), ``p2p.telemetry``
 (recording and upload, loaded only when configured) and the pure packages.
-Nothing below imports it; ``p2p`` loads it on first use of a runtime name.
+Nothing below imports it; ``p2p`` loads it on first use of a runtime name,
+and it loads each of its modules on first use of one of their names
+(``from p2p import open_node`` loads neither ``_blocking`` nor the causal
+broadcast of ``causal``: the pure packages' names load lazily too).
 
 Modules, each layer using only those above it in this list:
 
@@ -61,12 +64,45 @@ Modules, each layer using only those above it in this list:
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from p2p._errors import NodeError
-from p2p._transport import parse_address
-from p2p.runtime._blocking import BlockingNode, BlockingSubscription
-from p2p.runtime._config import NodeConfig
-from p2p.runtime._delivery import Delivery, MembershipEvent, Subscription
-from p2p.runtime._node import Node, open_node
+
+if TYPE_CHECKING:
+    from p2p._transport import parse_address
+    from p2p.runtime._blocking import BlockingNode, BlockingSubscription
+    from p2p.runtime._config import NodeConfig
+    from p2p.runtime._delivery import Delivery, MembershipEvent, Subscription
+    from p2p.runtime._node import Node, open_node
+
+_LAZY = {
+    "BlockingNode": "p2p.runtime._blocking",
+    "BlockingSubscription": "p2p.runtime._blocking",
+    "Delivery": "p2p.runtime._delivery",
+    "MembershipEvent": "p2p.runtime._delivery",
+    "Node": "p2p.runtime._node",
+    "NodeConfig": "p2p.runtime._config",
+    "Subscription": "p2p.runtime._delivery",
+    "open_node": "p2p.runtime._node",
+    "parse_address": "p2p._transport",
+}
+"""Public name -> the private module defining it, imported on first use (PEP 562),
+so importing one name does not load every module of the package."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'p2p.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BlockingNode",

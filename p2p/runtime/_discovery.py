@@ -20,6 +20,21 @@ A node announces one service ``<hex id>.<service type>`` on the interface it
 was given (``127.0.0.1`` keeps everything on loopback).  Its TXT properties
 carry the node's signed discovery record split into 200-byte chunks
 ``r0 .. rN`` (DNS-SD limits one string to 255 bytes).
+
+Browsing does not wait for the announcement: the browser starts first and
+the registration runs beside it on zeroconf's loop (``async_register_service``);
+peers found meanwhile are reported at once, and ``Discovery`` is entered as
+soon as zeroconf listens.  The name is announced without probing it first
+(``cooperating_responders``; RFC 6762 §8.1 probes for about 1.2 s: a random
+150-250 ms, then three probes 500 ms apart).  A probe exists to pick another
+name when the one wanted is taken; ours is the hex of the node id and carries
+a signed record, so whoever else answers for it is a squatter, a stale cache
+entry or a copy of this node's identity, and the node must be announced all
+the same (peers verify what they resolve).  Probing would change nothing but
+delay every node's first appearance by those 1.2 s, and a squatter could make
+the registration fail.  A registration that fails anyway is one error line,
+not the end of the node: its peers still learn of it when it dials the ones
+it finds, as from any other hint.
 """
 
 from __future__ import annotations
@@ -30,12 +45,15 @@ import math
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from p2p._errors import P2PError
 from p2p._membership import Peer
+
+if TYPE_CHECKING:  # asyncio (zeroconf's) loads when discovery starts, not on import
+    import concurrent.futures
 
 SERVICE_TYPE = "_vcubeps._tcp.local."
 CHUNK = 200
@@ -94,6 +112,13 @@ def join_record(props: dict[bytes, bytes | None]) -> bytes:
     return record
 
 
+async def _register(zc: Any, info: Any) -> None:
+    """On zeroconf's loop: announce ``info`` without probing its name (the module
+    doc says why), and return once every announcement is sent."""
+    broadcast = await zc.async_register_service(info, cooperating_responders=True)
+    await broadcast
+
+
 class Discovery:
     """Announce this node and report verified peers on one interface.
 
@@ -131,6 +156,10 @@ class Discovery:
         self._zc: Any = None
         self._info: Any = None
         self._browser: Any = None
+        self._registration: concurrent.futures.Future[None] | None = None
+        self.registered = trio.Event()
+        """Set once this node's service is announced (never, with ``announce=False``
+        or when the registration failed; see the module doc)."""
         self._names_in, self._names_out = trio.open_memory_channel[tuple[str, bool]](1024)
         self._events_in, self._events_out = trio.open_memory_channel[PeerEvent](1024)
         self._known: dict[str, Peer] = {}
@@ -166,6 +195,13 @@ class Discovery:
                 await trio.to_thread.run_sync(self._stop)
 
     def _start(self) -> None:
+        """Open zeroconf, browse, and start the registration without waiting for it.
+
+        Invariant: the browser runs before the registration is submitted, so a
+        peer's service found while this node's announcements are under way is
+        reported then, not after them (the module doc)."""
+        import asyncio
+
         from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, Zeroconf
 
         token = self._token
@@ -179,8 +215,6 @@ class Discovery:
             properties=chunk_record(self.record),
             server=f"{self.node_id:016x}.local.",
         )
-        if self.announce:
-            self._zc.register_service(self._info)
 
         def on_change(zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
             # zeroconf's thread: hand the name to trio, nothing else.
@@ -190,6 +224,33 @@ class Discovery:
                 token.run_sync_soon(self._offer, name, removed)
 
         self._browser = ServiceBrowser(self._zc, self.service_type, handlers=[on_change])
+        if self.announce:
+            registration = asyncio.run_coroutine_threadsafe(
+                _register(self._zc, self._info), self._zc.loop
+            )
+
+            def on_done(future: concurrent.futures.Future[None]) -> None:
+                # zeroconf's thread (or ours, if it was already done): hand over to trio.
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(self._registration_done, future)
+
+            self._registration = registration
+            registration.add_done_callback(on_done)
+
+    def _registration_done(self, future: concurrent.futures.Future[None]) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            log.debug("mDNS service %s announced", self.name)
+            self.registered.set()
+        else:  # zeroconf raises its own types (NotRunningException, ...)
+            log.error(
+                "mDNS service %s not announced (%s); peers learn of this node when it "
+                "dials the ones it finds",
+                self.name,
+                str(exc) or type(exc).__name__,
+            )
 
     def _offer(self, name: str, removed: bool) -> None:
         try:
@@ -203,7 +264,14 @@ class Discovery:
         try:
             if self._browser is not None:
                 self._browser.cancel()
-            if self._info is not None and self.announce:
+            registration = self._registration
+            # Still announcing: cancelled (close() says goodbye to whatever made
+            # it into zeroconf's registry); announced: goodbye now.
+            if (
+                registration is not None
+                and not registration.cancel()
+                and registration.exception() is None
+            ):
                 self._zc.unregister_service(self._info)
         finally:
             self._zc.close()
@@ -263,7 +331,7 @@ class Discovery:
                         self._resolve, name, abandon_on_cancel=True
                     )
         except Exception as exc:  # a forged record (P2PError) or any zeroconf failure
-            log.warning("ignoring service %s: %s", name, exc or type(exc).__name__)
+            log.warning("ignoring service %s: %s", name, str(exc) or type(exc).__name__)
             found = None
         finally:
             self._resolving.discard(name)
