@@ -35,6 +35,7 @@ from p2p.machine import (
 )
 from p2p.sim._delay import DelayModel
 from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
+from p2p.sim._links import LinkConfig, Links
 from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder, summarize
 from topics import (
@@ -212,6 +213,10 @@ class Simulation:
         from the membership records the machines spread.  ``None``: everyone
         knows everyone from the start.  With partial membership, the trace's
         ``publish`` lines carry the publisher's view (see ``p2p.sim._checks``)."""
+        self._links: Links | None = None
+        """The runtime's reliable links, from the first RESET scheduled on (``p2p.sim._links``)."""
+        self.link_config = LinkConfig()
+        """How those links re-dial (read when the first RESET is scheduled)."""
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
@@ -249,21 +254,25 @@ class Simulation:
         """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``, or
         CRASH or RECOVER (``topic`` ignored), or HINT: ``node`` hears that node
         ``int(topic)`` (an id) may be gone, as from a spoofed mDNS goodbye
-        (needs the ``detector``).
+        (needs the ``detector``), or RESET: the connections between ``node`` and
+        node ``int(topic)`` break (``p2p.sim._links``; the first RESET
+        scheduled switches every link to the runtime's reliable links).
 
         Crashes scheduled before the run starts are exact (see :meth:`_defers`);
         one scheduled mid-run (by a listener or a test stepping the run) for an
         instant the node's processed work already passed takes effect at the end
         of that work.  Returns the instant the action is scheduled for."""
-        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT"):
+        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET"):
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
-        if action == "HINT":
-            if self._members is None:
-                raise P2PError("HINT needs the failure detector (--membership detector)")
-            if not topic.isdigit() or int(topic) not in self.nodes:
-                raise P2PError(f"HINT names unknown node {topic!r}")
+        if action == "HINT" and self._members is None:
+            raise P2PError("HINT needs the failure detector (--membership detector)")
+        other = int(topic) if topic.isdigit() else None
+        if action in ("HINT", "RESET") and (other not in self.nodes or other == node):
+            raise P2PError(f"{action} names unknown node {topic!r}")
+        if action == "RESET" and self._links is None:
+            self._links = Links(self, self.link_config)
         at = max(time, self.now)
         if self._members is not None:
             self._members.halted = False
@@ -307,6 +316,11 @@ class Simulation:
             return False
         return True
 
+    def link_metrics(self) -> dict[str, Any]:
+        """What the reliable links did (empty if no RESET was scheduled): resets,
+        re-dials, frames lost in flight and resent, duplicates dropped."""
+        return {} if self._links is None else self._links.metrics()
+
     def membership_metrics(self) -> dict[str, Any]:
         """What the failure detector did (empty without ``detector``): detection
         latency of each crash at each node that was up, false suspicions,
@@ -346,12 +360,18 @@ class Simulation:
             elif action == "HINT":
                 assert self._members is not None
                 self._members.hint(node, int(topic))
+            elif action == "RESET":
+                assert self._links is not None
+                self._links.reset(node, int(topic))
             else:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
             self._notify(*cast(tuple[int, int, int, bool], item))
         elif kind == self._PROCESS:
             self._run_deferred(cast(_Deferred, item))
+        elif kind >= Links.ARRIVE:
+            assert self._links is not None
+            self._links.dispatch(kind, item)
         else:
             assert self._members is not None
             self._members.dispatch(kind, item)
@@ -527,6 +547,8 @@ class Simulation:
         if crash:
             self.down.add(node)
             self._died[(node, self.incarnation[node])] = self.now
+            if self._links is not None:
+                self._links.crashed(node)
             # Work reserved beyond this instant is abandoned (see _run_deferred).
             clock = self.clocks[node]
             clock.cpu_free = clock.link_free = self.now
@@ -670,11 +692,20 @@ class Simulation:
                 self._transmit(src, dst, frame, ready)
 
     def _transmit(self, src: int, dst: int, packet: Frame, ready: float) -> None:
-        """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``."""
+        """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``
+        (on a reliable link once a RESET was scheduled: ``p2p.sim._links``)."""
         if dst not in self.nodes:
             raise P2PError(f"node {src} sent to unknown node {dst}")
         if src in self.down:
             return  # a crashed node sends nothing more
+        if self._links is not None:
+            self._links.send(src, dst, packet, ready)
+            return
+        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
+        self._push(self._wire(src, dst, packet, ready), self._ARRIVE, item)
+
+    def _wire(self, src: int, dst: int, packet: Frame, ready: float) -> float:
+        """Queue ``packet`` on ``src``'s link; returns when it would arrive."""
         clock = self.clocks[src]
         q = clock.in_queue
         while q and q[0] <= ready:
@@ -689,8 +720,7 @@ class Simulation:
             tpp = self.delays.propagation(self.rng)
         self.recorder.sent(src, packet, len(q) - 1)
         self._last_frame[(src, dst)] = packet
-        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
-        self._push(depart + tpp, self._ARRIVE, item)
+        return depart + tpp
 
 
 def _record(node: int, incarnation: int) -> bytes:
@@ -1000,6 +1030,9 @@ class _Membership:
         self._push(start + self._delay(src, o.dest), sim._CONTROL, item)
 
     def _down(self, observer: int, o: MemberDown, at: float) -> None:
+        links = self.sim._links
+        if links is not None and o.was_up:
+            links.dropped(observer, o.node)
         if o.reason == "suspected":
             crashed = self.sim._died.get((o.node, o.incarnation))
             self.detections.append((at, observer, o.node, o.incarnation, crashed))
@@ -1014,6 +1047,8 @@ class _Membership:
         if m.record:
             m.record = _record(node, o.incarnation)
         sim.nodes[node] = m.core
+        if sim._links is not None:
+            sim._links.reincarnated(node)
         for link in [k for k in sim._last_frame if node in k]:
             del sim._last_frame[link]
         clock = sim.clocks[node]
