@@ -81,3 +81,14 @@ def test_malformed_reset_lines_name_line_and_reason(line: str, reason: str) -> N
         parse_scenario(["# header", "0;SUB;0;t", line], nodes=4)
     assert "line 3" in str(info.value)
     assert reason in str(info.value)
+
+
+def test_twin_lines_take_a_node_and_no_topic() -> None:
+    actions = parse_scenario(["3;TWIN;1", "4;twin;*"], nodes=2)
+    assert [(a.action, a.node, a.topic) for a in actions] == [
+        ("TWIN", 1, ""),
+        ("TWIN", 0, ""),
+        ("TWIN", 1, ""),
+    ]
+    with pytest.raises(ScenarioError, match="line 1: TWIN takes no topic"):
+        parse_scenario(["3;TWIN;1;t"], nodes=2)

@@ -28,6 +28,7 @@ from p2p._wire import Members
 from p2p.machine import (
     MachineOutput,
     MemberDown,
+    MemberUp,
     NodeMachine,
     Reincarnated,
     SendControl,
@@ -38,6 +39,7 @@ from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames,
 from p2p.sim._links import LinkConfig, Links
 from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder, summarize
+from p2p.sim._twin import Twins
 from topics import (
     Delivered,
     Dropped,
@@ -217,6 +219,8 @@ class Simulation:
         """The runtime's reliable links, from the first RESET scheduled on (``p2p.sim._links``)."""
         self.link_config = LinkConfig()
         """How those links re-dial (read when the first RESET is scheduled)."""
+        self._twins: Twins | None = None
+        """Ids started twice (``p2p.sim._twin``), from the first TWIN scheduled on."""
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
@@ -256,23 +260,31 @@ class Simulation:
         ``int(topic)`` (an id) may be gone, as from a spoofed mDNS goodbye
         (needs the ``detector``), or RESET: the connections between ``node`` and
         node ``int(topic)`` break (``p2p.sim._links``; the first RESET
-        scheduled switches every link to the runtime's reliable links).
+        scheduled switches every link to the runtime's reliable links), or
+        TWIN: a second process starts with ``node``'s id (``p2p.sim._twin``;
+        needs the ``detector`` and full membership; not with RESET).
 
         Crashes scheduled before the run starts are exact (see :meth:`_defers`);
         one scheduled mid-run (by a listener or a test stepping the run) for an
         instant the node's processed work already passed takes effect at the end
         of that work.  Returns the instant the action is scheduled for."""
-        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET"):
+        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN"):
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
         if action == "HINT" and self._members is None:
             raise P2PError("HINT needs the failure detector (--membership detector)")
         other = int(topic) if topic.isdigit() else None
-        if action in ("HINT", "RESET") and (other not in self.nodes or other == node):
+        if action in ("HINT", "RESET") and other not in self.nodes:
             raise P2PError(f"{action} names unknown node {topic!r}")
+        if action == "RESET" and other == node:
+            raise P2PError(f"RESET of node {node}'s connection to itself")
         if action == "RESET" and self._links is None:
             self._links = Links(self, self.link_config)
+        if action == "TWIN" and self._twins is None:
+            self._twins = Twins(self)
+        if self._links is not None and self._twins is not None:
+            raise P2PError("RESET and TWIN in one run are not modelled yet")
         at = max(time, self.now)
         if self._members is not None:
             self._members.halted = False
@@ -321,6 +333,12 @@ class Simulation:
         re-dials, frames lost in flight and resent, duplicates dropped."""
         return {} if self._links is None else self._links.metrics()
 
+    def twin_metrics(self) -> dict[str, Any]:
+        """What ids started twice did (empty if no TWIN was scheduled): second
+        starts, older processes superseded (stopped), their reincarnations and
+        deliveries, notices sent to them, what reached them after they stopped."""
+        return {} if self._twins is None else self._twins.metrics()
+
     def membership_metrics(self) -> dict[str, Any]:
         """What the failure detector did (empty without ``detector``): detection
         latency of each crash at each node that was up, false suspicions,
@@ -363,12 +381,18 @@ class Simulation:
             elif action == "RESET":
                 assert self._links is not None
                 self._links.reset(node, int(topic))
+            elif action == "TWIN":
+                assert self._twins is not None
+                self._twins.start(node)
             else:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
             self._notify(*cast(tuple[int, int, int, bool], item))
         elif kind == self._PROCESS:
             self._run_deferred(cast(_Deferred, item))
+        elif kind >= Twins.TIMER:
+            assert self._twins is not None
+            self._twins.dispatch(kind, item)
         elif kind >= Links.ARRIVE:
             assert self._links is not None
             self._links.dispatch(kind, item)
@@ -388,10 +412,14 @@ class Simulation:
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
         elif dest in self.down or life != self.incarnation[dest]:
+            if self._twins is not None and self._twins.catch(sender, dest, life, (packet, 0)):
+                return  # sent to the older process of an id started twice: it runs
             self.lost += 1
             if self._members is not None:
                 self._members.refused(sender, dest, life)
         else:
+            if self._twins is not None and sender_life >= 0:  # not from an older process
+                self._twins.seen_newer(dest, sender, max(self.now, self.clocks[dest].cpu_free))
             self._arrive(sender, dest, packet)
 
     def _defers(self, node: int, end: float) -> bool:
@@ -701,6 +729,8 @@ class Simulation:
         if self._links is not None:
             self._links.send(src, dst, packet, ready)
             return
+        if self._twins is not None and self._twins.divert(src, dst, packet, ready):
+            return  # to the older process of an id started twice
         item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
         self._push(self._wire(src, dst, packet, ready), self._ARRIVE, item)
 
@@ -911,11 +941,15 @@ class _Membership:
             self._maybe_halt()
         elif kind == sim._CONTROL:
             src, dest, msg, life = cast(tuple[int, int, Any, int], item)
-            if dest in sim.down or life != sim.incarnation[dest]:
+            if sim._twins is not None and sim._twins.catch(src, dest, life, (msg,)):
+                pass  # to the older process of an id started twice: it runs
+            elif dest in sim.down or life != sim.incarnation[dest]:
                 self.counts["control_lost"] += 1
                 self.refused(src, dest, life)
                 self._retry_seed(src, dest, msg)
             else:
+                if sim._twins is not None:
+                    sim._twins.seen_newer(dest, src, max(sim.now, sim.clocks[dest].cpu_free))
                 self._input(dest, sim._CONTROL, (src, msg))
         elif kind == sim._SEEN:
             node, life, about, inc = cast(tuple[int, int, int, int], item)
@@ -1007,6 +1041,8 @@ class _Membership:
                 self._send(node, o, start)
             elif kind is MemberDown:
                 self._down(node, o, start)
+            elif kind is MemberUp and self.sim._twins is not None:
+                self.sim._twins.new_life(node, o, start)
             elif kind is Reincarnated:
                 self._emit(node, start, core_out)  # the old life's last outputs
                 core_out = []
@@ -1026,6 +1062,8 @@ class _Membership:
         sim = self.sim
         self.counts["control_sent"] += 1
         msg = o.msg if type(o) is SendControl else o  # an exchange travels as itself
+        if sim._twins is not None and sim._twins.divert_control(src, o.dest, msg, start):
+            return
         item = (src, o.dest, msg, sim.incarnation[o.dest])
         self._push(start + self._delay(src, o.dest), sim._CONTROL, item)
 

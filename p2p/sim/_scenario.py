@@ -10,7 +10,9 @@ reset connection would (with the real detector: a probe, never an eviction).
 ``time;RESET;node;other`` breaks the connections between ``node`` and node
 ``other`` (an index): what was in flight on them is lost, each side re-dials
 and sends again what the other has not confirmed (the runtime's reliable
-links, ``p2p.sim._links``).
+links, ``p2p.sim._links``).  ``time;TWIN;node`` starts a second process with
+``node``'s id while the first still runs (a copied node directory): the
+newer start keeps the id and the older process stops (``p2p.sim._twin``).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from pathlib import Path
 
 from p2p._errors import ScenarioError
 
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN")
 PEERED = ("HINT", "RESET")
 """Actions whose fourth field is another node's index, not a topic."""
-FAILURES = ("CRASH", "RECOVER")
+FAILURES = ("CRASH", "RECOVER", "TWIN")
+"""Actions on a node alone: ``time;ACTION;node``, no topic."""
 MAX_LINE = 64 * 1024
 
 
@@ -120,7 +123,7 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     if len(fields) not in (4, 5):
         raise ScenarioError(
             f"line {lineno}: expected time;ACTION;node;topic[;payload] "
-            f"or time;CRASH|RECOVER;node, got {len(fields)} fields"
+            f"or time;CRASH|RECOVER|TWIN;node, got {len(fields)} fields"
         )
     t_raw, action, node_raw, topic = fields[:4]
     try:
