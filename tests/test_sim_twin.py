@@ -202,3 +202,13 @@ def test_guarantees_hold_when_nodes_are_started_twice(
     if twins:
         assert twins["superseded"] == twins["twins"], twins
         assert twins["elder_reincarnations"] == 0, twins
+
+
+def test_a_run_with_a_twin_replays_from_its_seed() -> None:
+    runs = []
+    for seed in (5, 5, 6):
+        sim = _scenario(seed)
+        sim.run()
+        runs.append((repr(sim.recorder.trace), sim.twin_metrics(), sim.now))
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
