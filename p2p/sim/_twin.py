@@ -55,7 +55,8 @@ from p2p.sim._frames import Frame, pack_frames, parts_of
 from topics import Delivered, Output, Send
 
 if TYPE_CHECKING:
-    from p2p.sim._engine import Simulation, _Membership
+    from p2p.sim._engine import Simulation
+    from p2p.sim._members import _Membership
 
 TWIN_GAP = 1000
 """How far above the older process's incarnation a second start's is."""
