@@ -397,8 +397,11 @@ class _Membership:
 
     def agreed(self) -> bool:
         """Every node that is up holds exactly the others that are up, at their
-        current incarnations, as members."""
+        current incarnations, as members, and no id started twice still has
+        its older process running (``p2p.sim._twin``)."""
         sim = self.sim
+        if sim._twins is not None and sim._twins.any_running():
+            return False
         up = set(sim.ids) - sim.down
         for n in up:
             m = sim.machines[n]

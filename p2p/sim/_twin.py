@@ -148,6 +148,10 @@ class Twins:
         mem._announce(node, inc)
         self._arm(elder)
 
+    def any_running(self) -> bool:
+        """Whether an older process still runs (membership has not settled)."""
+        return any(e.stopped is None for e in self.elders.values())
+
     def running(self, node: int) -> Elder | None:
         elder = self.elders.get(node)
         return elder if elder is not None and elder.stopped is None else None
@@ -203,6 +207,9 @@ class Twins:
         elder = self.running(o.node)
         if elder is None or o.incarnation <= elder.incarnation:
             return
+        # The runtime's redial: what is still queued goes to the new connection,
+        # so nothing more joins a frame bound for the older process.
+        self.sim._last_frame.pop((observer, o.node), None)
         # Every member talks to the id (probes, rounds): its link had a
         # connection to the older life unless it moved since.
         if self.routed.get((observer, o.node), elder.incarnation) != elder.incarnation:
