@@ -1,7 +1,7 @@
 """Connection resets in the simulator: the runtime's reliable links (``p2p._reliable``).
 
 The runtime carries each sending direction to a peer on a *link* that
-outlives its TCP connections (``p2p._node._Link``): frames are numbered and
+outlives its TCP connections (``p2p.runtime._link._Link``): frames are numbered and
 kept in a :class:`~p2p._reliable.SendLog` until the peer acks them; a broken
 connection is re-dialled at once (after a backoff if it confirmed nothing
 and lasted under a second); the new connection opens with a

@@ -4,7 +4,7 @@ In the runtime, two processes can run from one node directory (a copied
 directory, a redeploy that forgot the first).  The newer start announces a
 newer (clock-based) incarnation; every member that learns it closes its
 connection to the older process's address, tells that address on a one-off
-connection that the newer life is alive (``Node._new_life``,
+connection that the newer life is alive (``p2p.runtime._driver``'s ``_new_life``,
 ``NodeMachine.newer_life_notice``), and dials the newer one.  The older
 process's machine reads its own id held alive as a newer incarnation and
 reports :class:`~p2p.machine.Superseded`; the runtime stops it
@@ -203,7 +203,7 @@ class Twins:
     def new_life(self, observer: int, o: MemberUp, at: float) -> None:
         """``observer`` learnt ``o.node`` runs as ``o.incarnation``: if its link
         pointed at a running elder, it tells that address the newer life is
-        alive, on a connection of its own (``Node._new_life``)."""
+        alive, on a connection of its own (the runtime's ``_new_life``)."""
         elder = self.running(o.node)
         if elder is None or o.incarnation <= elder.incarnation:
             return
