@@ -149,6 +149,49 @@ def test_p2p_sim_takes_reset_lines(tmp_path, capsys) -> None:  # type: ignore[no
     capsys.readouterr()
 
 
+def test_a_verdict_on_an_old_life_does_not_cut_the_link_to_the_new_one() -> None:
+    """Found by the property (verify profile): the reset switches the run to
+    tracked links; node 7 crashes and recovers, node 8 answers its new SUB
+    round on a link already re-opened to the new life, then its detector
+    suspects the old life.  Dropping that link then lost the ACK in flight
+    to the new life, and node 7's round never completed."""
+    script = [
+        (0.0, "SUB", 0, "t0"),
+        (0.0, "SUB", 5, "t0"),
+        (0.0, "UNS", 5, "t0"),
+        (0.0, "UNS", 0, "t0"),
+        (0.0, "SUB", 5, "t0"),
+        (0.0, "SUB", 0, "t0"),
+        (0.0, "UNS", 0, "t0"),
+        (0.0, "UNS", 5, "t0"),
+        (0.0, "SUB", 0, "t0"),
+        (0.0, "UNS", 0, "t0"),
+        (0.0, "SUB", 5, "t0"),
+        (0.0, "SUB", 0, "t0"),
+        (0.0, "UNS", 0, "t0"),
+        (0.0, "SUB", 0, "t0"),
+        (0.0, "UNS", 5, "t0"),
+        (0.0, "SUB", 5, "t0"),
+        (2.3, "UNS", 0, "t0"),
+        (10.0, "SUB", 7, "t0"),
+        (236.0, "SUB", 0, "t0"),
+        (983.1, "UNS", 0, "t0"),
+        (1005.4, "SUB", 0, "t0"),
+        (1006.0, "UNS", 0, "t0"),
+        (1060.7, "SUB", 0, "t0"),
+        (1361.5, "UNS", 0, "t0"),
+        (1990.7, "SUB", 0, "t0"),
+        (2430.0, "CRASH", 7, ""),
+        (3553.0, "RECOVER", 7, ""),
+        (3553.0, "SUB", 7, "t0"),
+    ]
+    sim = Simulation(list(range(9)), seed=4806, detector=FAST)
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    sim.schedule(0.0, "RESET", 4, "0")
+    run_checked(sim)
+
+
 # ----------------------------------------------------------------- property
 
 

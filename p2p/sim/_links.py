@@ -325,11 +325,15 @@ class Links:
                 self._settle(lk)
                 self._forgot(lk, lk.log.discard())
 
-    def dropped(self, observer: int, node: int) -> None:
-        """``node`` left ``observer``'s view: the link to it is dropped (what it
-        held is lost) and its frame numbers forgotten, as the runtime does."""
-        lk = self.out.pop((observer, node), None)
-        if lk is not None:
+    def dropped(self, observer: int, node: int, incarnation: int) -> None:
+        """``node`` up to ``incarnation`` left ``observer``'s view: the link to it
+        is dropped (what it held is lost) and its frame numbers forgotten, as
+        the runtime does, unless the link already carries a newer life (the
+        engine addresses the current life before the machine learns of it: a
+        verdict on the old one must not cut what goes to the new one)."""
+        lk = self.out.get((observer, node))
+        if lk is not None and (lk.log.peer_life or 0) <= incarnation:
+            del self.out[(observer, node)]
             self._settle(lk)
             self.counts["lost_on_disconnect"] += lk.log.discard()
         rlog = self.inbox.get(observer)

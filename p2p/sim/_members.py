@@ -343,7 +343,7 @@ class _Membership:
     def _down(self, observer: int, o: MemberDown, at: float) -> None:
         links = self.sim._links
         if links is not None and o.was_up:
-            links.dropped(observer, o.node)
+            links.dropped(observer, o.node, o.incarnation)
         if o.reason == "suspected":
             crashed = self.sim._died.get((o.node, o.incarnation))
             self.detections.append((at, observer, o.node, o.incarnation, crashed))
