@@ -229,6 +229,8 @@ class _Membership:
             if node not in sim.down and life == sim.incarnation[node]:
                 self._carry_out(node, sim.now, sim.machines[node].learn(about, inc, sim.now))
                 self._arm(node)
+            elif sim._twins is not None:  # an older process of an id started twice hears it
+                sim._twins.seen(node, life, about, inc)
         else:
             node, life, about = cast(tuple[int, int, int], item)
             if node in sim.down or life != sim.incarnation[node]:

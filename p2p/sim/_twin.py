@@ -234,6 +234,26 @@ class Twins:
             self.members._carry_out(dest, start, m.learn(src, inc, start))
             self.members._arm(dest)
 
+    def seen(self, node: int, life: int, about: int, inc: int) -> None:
+        """A discovery announcement of ``about`` as ``inc`` reaches ``node``'s
+        older process (the life it was sent to): it learns it too."""
+        elder = self.running(node)
+        if elder is not None and elder.incarnation == life:
+            start = max(self.sim.now, elder.cpu_free)
+            self._carry_out(elder, start, elder.machine.learn(about, inc, start))
+
+    def _elder_learnt(self, elder: Elder, o: MemberUp, at: float) -> None:
+        """An older process learnt ``o.node``'s newer life: if that id's own older
+        process runs, it is told, as any member's redial tells it."""
+        other = self.running(o.node)
+        if other is None or o.incarnation <= other.incarnation:
+            return
+        notice = elder.machine.newer_life_notice(o.node)
+        if notice is not None:
+            self.counts["notices"] += 1
+            delay = sum(self._delay(elder.node, o.node) for _ in range(3))
+            self.members._push(at + delay, self.CONTROL, (elder.node, o.node, notice, other.serial))
+
     def _delay(self, src: int, dst: int) -> float:
         sim = self.sim
         if sim.link_delay is not None:
@@ -318,6 +338,8 @@ class Twins:
             elif kind is Superseded:
                 self._stop(elder, start)
                 return  # it stops: nothing more leaves it
+            elif kind is MemberUp:
+                self._elder_learnt(elder, cast(MemberUp, o), start)
             elif kind is Reincarnated:
                 elder.incarnation = cast(Reincarnated, o).incarnation
                 self.counts["elder_reincarnations"] += 1
