@@ -56,3 +56,39 @@ def test_malformed_lines_name_line_and_reason(line: str, reason: str) -> None:
         parse_scenario(["# header", "0;SUB;0;t", line], nodes=4)
     assert "line 3" in str(info.value)
     assert reason in str(info.value)
+
+
+def test_reset_lines_name_the_other_end_and_skip_the_node_itself() -> None:
+    actions = parse_scenario(["3;RESET;*;2", "4;reset;0;1"], nodes=3)
+    assert [(a.action, a.node, a.topic) for a in actions] == [
+        ("RESET", 0, "2"),
+        ("RESET", 1, "2"),
+        ("RESET", 0, "1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("1;RESET;0;", "RESET needs the other end"),
+        ("1;RESET;0;9", "node 9 out of range 0..3"),
+        ("1;RESET;2;2", "RESET of node 2's connection to itself"),
+        ("1;RESET;0;1;x", "only PUB takes a payload"),
+    ],
+)
+def test_malformed_reset_lines_name_line_and_reason(line: str, reason: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(["# header", "0;SUB;0;t", line], nodes=4)
+    assert "line 3" in str(info.value)
+    assert reason in str(info.value)
+
+
+def test_twin_lines_take_a_node_and_no_topic() -> None:
+    actions = parse_scenario(["3;TWIN;1", "4;twin;*"], nodes=2)
+    assert [(a.action, a.node, a.topic) for a in actions] == [
+        ("TWIN", 1, ""),
+        ("TWIN", 0, ""),
+        ("TWIN", 1, ""),
+    ]
+    with pytest.raises(ScenarioError, match="line 1: TWIN takes no topic"):
+        parse_scenario(["3;TWIN;1;t"], nodes=2)

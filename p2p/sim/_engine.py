@@ -23,20 +23,16 @@ from typing import Any, Protocol, cast
 
 from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
-from p2p._membership import Peer
-from p2p._wire import Members
 from p2p.machine import (
-    MachineOutput,
-    MemberDown,
     NodeMachine,
-    Reincarnated,
-    SendControl,
-    SendExchange,
 )
 from p2p.sim._delay import DelayModel
 from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
+from p2p.sim._links import LinkConfig, Links
+from p2p.sim._members import _Halt, _Membership
 from p2p.sim._queue import Entry, EventQueue
-from p2p.sim._recorder import Recorder, summarize
+from p2p.sim._recorder import Recorder
+from p2p.sim._twin import Twins
 from topics import (
     Delivered,
     Dropped,
@@ -212,6 +208,12 @@ class Simulation:
         from the membership records the machines spread.  ``None``: everyone
         knows everyone from the start.  With partial membership, the trace's
         ``publish`` lines carry the publisher's view (see ``p2p.sim._checks``)."""
+        self._links: Links | None = None
+        """The runtime's reliable links, from the first RESET scheduled on (``p2p.sim._links``)."""
+        self.link_config = LinkConfig()
+        """How those links re-dial (read when the first RESET is scheduled)."""
+        self._twins: Twins | None = None
+        """Ids started twice (``p2p.sim._twin``), from the first TWIN scheduled on."""
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
@@ -249,21 +251,33 @@ class Simulation:
         """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``, or
         CRASH or RECOVER (``topic`` ignored), or HINT: ``node`` hears that node
         ``int(topic)`` (an id) may be gone, as from a spoofed mDNS goodbye
-        (needs the ``detector``).
+        (needs the ``detector``), or RESET: the connections between ``node`` and
+        node ``int(topic)`` break (``p2p.sim._links``; the first RESET
+        scheduled switches every link to the runtime's reliable links), or
+        TWIN: a second process starts with ``node``'s id (``p2p.sim._twin``;
+        needs the ``detector`` and full membership; not with RESET).
 
         Crashes scheduled before the run starts are exact (see :meth:`_defers`);
         one scheduled mid-run (by a listener or a test stepping the run) for an
         instant the node's processed work already passed takes effect at the end
         of that work.  Returns the instant the action is scheduled for."""
-        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT"):
+        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN"):
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
-        if action == "HINT":
-            if self._members is None:
-                raise P2PError("HINT needs the failure detector (--membership detector)")
-            if not topic.isdigit() or int(topic) not in self.nodes:
-                raise P2PError(f"HINT names unknown node {topic!r}")
+        if action == "HINT" and self._members is None:
+            raise P2PError("HINT needs the failure detector (--membership detector)")
+        other = int(topic) if topic.isdigit() else None
+        if action in ("HINT", "RESET") and other not in self.nodes:
+            raise P2PError(f"{action} names unknown node {topic!r}")
+        if action == "RESET" and other == node:
+            raise P2PError(f"RESET of node {node}'s connection to itself")
+        if action == "RESET" and self._links is None:
+            self._links = Links(self, self.link_config)
+        if action == "TWIN" and self._twins is None:
+            self._twins = Twins(self)
+        if self._links is not None and self._twins is not None:
+            raise P2PError("RESET and TWIN in one run are not modelled yet")
         at = max(time, self.now)
         if self._members is not None:
             self._members.halted = False
@@ -307,6 +321,17 @@ class Simulation:
             return False
         return True
 
+    def link_metrics(self) -> dict[str, Any]:
+        """What the reliable links did (empty if no RESET was scheduled): resets,
+        re-dials, frames lost in flight and resent, duplicates dropped."""
+        return {} if self._links is None else self._links.metrics()
+
+    def twin_metrics(self) -> dict[str, Any]:
+        """What ids started twice did (empty if no TWIN was scheduled): second
+        starts, older processes superseded (stopped), their reincarnations and
+        deliveries, notices sent to them, what reached them after they stopped."""
+        return {} if self._twins is None else self._twins.metrics()
+
     def membership_metrics(self) -> dict[str, Any]:
         """What the failure detector did (empty without ``detector``): detection
         latency of each crash at each node that was up, false suspicions,
@@ -346,12 +371,24 @@ class Simulation:
             elif action == "HINT":
                 assert self._members is not None
                 self._members.hint(node, int(topic))
+            elif action == "RESET":
+                assert self._links is not None
+                self._links.reset(node, int(topic))
+            elif action == "TWIN":
+                assert self._twins is not None
+                self._twins.start(node)
             else:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
             self._notify(*cast(tuple[int, int, int, bool], item))
         elif kind == self._PROCESS:
             self._run_deferred(cast(_Deferred, item))
+        elif kind >= Twins.TIMER:
+            assert self._twins is not None
+            self._twins.dispatch(kind, item)
+        elif kind >= Links.ARRIVE:
+            assert self._links is not None
+            self._links.dispatch(kind, item)
         else:
             assert self._members is not None
             self._members.dispatch(kind, item)
@@ -368,10 +405,14 @@ class Simulation:
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
         elif dest in self.down or life != self.incarnation[dest]:
+            if self._twins is not None and self._twins.catch(sender, dest, life, (packet, 0)):
+                return  # sent to the older process of an id started twice: it runs
             self.lost += 1
             if self._members is not None:
                 self._members.refused(sender, dest, life)
         else:
+            if self._twins is not None and sender_life >= 0:  # not from an older process
+                self._twins.seen_newer(dest, sender, max(self.now, self.clocks[dest].cpu_free))
             self._arrive(sender, dest, packet)
 
     def _defers(self, node: int, end: float) -> bool:
@@ -527,6 +568,8 @@ class Simulation:
         if crash:
             self.down.add(node)
             self._died[(node, self.incarnation[node])] = self.now
+            if self._links is not None:
+                self._links.crashed(node)
             # Work reserved beyond this instant is abandoned (see _run_deferred).
             clock = self.clocks[node]
             clock.cpu_free = clock.link_free = self.now
@@ -670,11 +713,22 @@ class Simulation:
                 self._transmit(src, dst, frame, ready)
 
     def _transmit(self, src: int, dst: int, packet: Frame, ready: float) -> None:
-        """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``."""
+        """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``
+        (on a reliable link once a RESET was scheduled: ``p2p.sim._links``)."""
         if dst not in self.nodes:
             raise P2PError(f"node {src} sent to unknown node {dst}")
         if src in self.down:
             return  # a crashed node sends nothing more
+        if self._links is not None:
+            self._links.send(src, dst, packet, ready)
+            return
+        if self._twins is not None and self._twins.divert(src, dst, packet, ready):
+            return  # to the older process of an id started twice
+        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
+        self._push(self._wire(src, dst, packet, ready), self._ARRIVE, item)
+
+    def _wire(self, src: int, dst: int, packet: Frame, ready: float) -> float:
+        """Queue ``packet`` on ``src``'s link; returns when it would arrive."""
         clock = self.clocks[src]
         q = clock.in_queue
         while q and q[0] <= ready:
@@ -689,396 +743,7 @@ class Simulation:
             tpp = self.delays.propagation(self.rng)
         self.recorder.sent(src, packet, len(q) - 1)
         self._last_frame[(src, dst)] = packet
-        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
-        self._push(depart + tpp, self._ARRIVE, item)
-
-
-def _record(node: int, incarnation: int) -> bytes:
-    """A simulated node's membership record (the runtime's are signed)."""
-    return b"sim" + node.to_bytes(8, "big") + incarnation.to_bytes(8, "big")
-
-
-def _verify(record: bytes) -> tuple[Peer, int]:
-    """The peer and incarnation a simulated record names."""
-    if len(record) != 19 or not record.startswith(b"sim"):
-        raise P2PError(f"not a simulated membership record: {record!r}")
-    node, inc = int.from_bytes(record[3:11], "big"), int.from_bytes(record[11:], "big")
-    return Peer(node, "sim", 0, record, inc), inc
-
-
-class _Halt(Exception):  # noqa: N818 (control flow, not an error)
-    """Out of a timer event to :meth:`Simulation.run`: only the detector's own
-    timers and messages are left, and they change nothing any more."""
-
-
-class _Membership:
-    """The simulator's detector mode: one :class:`NodeMachine` per node, run with
-    the real failure detector, its timer and control messages as events.
-
-    Control messages take a propagation delay drawn from a random stream of
-    their own (so a run's pub/sub draws are those it has without the
-    detector) and no link or CPU time; the core outputs of a verdict cost one
-    ``t_pc``, like the oracle's notifications.  A packet or control message
-    that reaches a crashed node is refused, and its sender hears of it one
-    propagation later (TCP's reset, the runtime's hint that makes the
-    detector probe at once).  A reincarnation (a node refuting a suspicion)
-    ends its old life as a crash does: what was in flight to it is lost.
-    """
-
-    def __init__(self, sim: Simulation) -> None:
-        if sim.protocol != "vcube-ps":
-            raise P2PError(f"protocol {sim.protocol} has no failure detector (vcube-ps has)")
-        assert sim.detector is not None
-        self.sim = sim
-        self.cfg = sim.detector
-        self.rng = random.Random(f"{sim.seed}/detector")
-        self.events = 0
-        """Detector events in the queue (the rest is the run's work)."""
-        self.halted = False
-        self.converged: bool | None = None
-        self.timer_at: dict[int, float] = {}
-        self.hinted: set[tuple[int, int, int]] = set()
-        self.overlays: dict[frozenset[int], Hypercube] = {frozenset(sim.ids): sim.overlay}
-        self.detections: list[tuple[float, int, int, int, float | None]] = []
-        """``(time, observer, suspected, incarnation, its crash time or None)``."""
-        self.counts = dict.fromkeys(("control_sent", "control_lost", "hints", "reincarnations"), 0)
-        self._quiet_since: float | None = None
-        self._checked = -float("inf")
-
-    # ------------------------------------------------------------ machines --
-
-    def _machine(self, node: int, inc: int, members: dict[int, int]) -> NodeMachine:
-        sim = self.sim
-
-        def make_core(incarnation: int) -> VCubePS:
-            return cast(VCubePS, sim._make(node, sim.config, incarnation))
-
-        return NodeMachine(
-            node,
-            inc,
-            make_core,
-            detector=self.cfg,
-            overlay=self._overlay,
-            members=members,
-            verify=_verify,
-        )
-
-    def _overlay(self, members: frozenset[int], version: int) -> Hypercube:
-        """One overlay per member set, shared by the nodes that agree (bounded cache)."""
-        got = self.overlays.get(members)
-        if got is None:
-            if len(self.overlays) > 64:
-                self.overlays = {frozenset(self.sim.ids): self.sim.overlay}
-            got = self.overlays[members] = Hypercube(members)
-        return got
-
-    def start(self) -> None:
-        """Every node knows every other at incarnation 0, or (with introductions)
-        only its seeds, and sends them its records at once (a seed exchange);
-        rounds start at a random phase."""
-        sim = self.sim
-        intro = sim.introductions
-        for n in sim.ids:
-            if intro is None:
-                m = self._machine(n, 0, dict.fromkeys((o for o in sim.ids if o != n), 0))
-            else:
-                m = self._machine(n, 0, {})
-            self._install(n, m)
-        if intro is not None:
-            for n in sim.ids:
-                self._introduce(n, intro.get(n, ()))
-
-    def _introduce(self, node: int, seeds: Iterable[int]) -> None:
-        """``node`` knows only its seeds' addresses (``p2p node --seed``): it
-        sends each its records and asks for theirs, again every two rounds
-        while a seed is down (:meth:`_retry_seed`), as the runtime retries."""
-        sim = self.sim
-        m = sim.machines[node]
-        m.record = _record(node, sim.incarnation[node])
-        out: list[Any] = []
-        for k in sorted(set(seeds) - {node}):
-            if k not in sim.nodes:
-                raise P2PError(f"node {node} is introduced to unknown node {k}")
-            out += m.introduce(k)
-        self._carry_out(node, sim.now, out)
-        self._arm(node)
-
-    def _retry_seed(self, src: int, dest: int, msg: object) -> None:
-        """An introduction from ``src`` to its seed ``dest`` was refused (the
-        seed is down): try again in two rounds."""
-        sim = self.sim
-        seeds = (sim.introductions or {}).get(src, ())
-        if type(msg) is SendExchange and msg.reply and dest in seeds and src not in sim.down:
-            item = (src, sim.incarnation[src], dest)
-            self._push(sim.now + 2 * self.cfg.interval, sim._SEED, item)
-
-    def _install(self, node: int, m: NodeMachine) -> None:
-        self.sim.machines[node] = m
-        self.sim.nodes[node] = m.core
-        m.start_rounds(self.sim.now + self.rng.uniform(0, self.cfg.interval))
-        self.timer_at.pop(node, None)
-        self._arm(node)
-
-    def restart(self, node: int) -> None:
-        """RECOVER: a new process, a new incarnation, the fleet's records at hand
-        (crashed members included: its detector finds them).  Everyone knowing
-        everyone models mDNS, so the others see the new record one propagation
-        later (:meth:`_announce`); with introductions it goes to the seeds."""
-        sim = self.sim
-        old = cast(VCubePS, sim.nodes[node])
-        sim.down.discard(node)
-        inc = sim.incarnation[node] = sim.incarnation[node] + 1
-        intro = sim.introductions
-        members = {} if intro is not None else {n: sim.incarnation[n] for n in sim.ids if n != node}
-        m = self._machine(node, inc, members)
-        m.core.first_seq(old.next_seq)
-        for n, i in members.items():
-            if i:  # their records say they restarted: their older lives are over
-                m.recovered(n, i, sim.now)
-        sim.clocks[node].cpu_free = max(sim.clocks[node].cpu_free, sim.now)
-        self._install(node, m)
-        if intro is not None:
-            self._introduce(node, intro.get(node, ()))
-        else:
-            self._announce(node, inc)
-
-    def _announce(self, node: int, inc: int) -> None:
-        """Every other node sees ``node``'s record for ``inc`` (its mDNS
-        announcement) one propagation later.  Without it, a node that came
-        back and crashed again before it spoke to anyone was known alive only
-        to nodes that restarted meanwhile (whose records at hand named it),
-        and nobody ever tested that life (found by the detector property)."""
-        sim = self.sim
-        for other in sim.ids:
-            if other != node:
-                item = (other, sim.incarnation[other], node, inc)
-                self._push(sim.now + self._delay(node, other), sim._SEEN, item)
-
-    # -------------------------------------------------------------- events --
-
-    def _push(self, time: float, kind: int, item: object) -> None:
-        self.events += 1
-        self.sim._push(time, kind, item)
-
-    def _arm(self, node: int) -> None:
-        """Queue ``node``'s timer if the machine moved it (stale ones are skipped)."""
-        t = self.sim.machines[node].get_timer()
-        if t is None or self.timer_at.get(node) == t:
-            return
-        self.timer_at[node] = t
-        sim = self.sim
-        self._push(max(t, sim.now), sim._TIMER, (node, sim.incarnation[node], t))
-
-    def dispatch(self, kind: int, item: object) -> None:
-        self.events -= 1
-        sim = self.sim
-        if kind == sim._TIMER:
-            node, life, t = cast(tuple[int, int, float], item)
-            if node in sim.down or life != sim.incarnation[node] or self.timer_at.get(node) != t:
-                return
-            del self.timer_at[node]
-            self._input(node, sim._TIMER, ())
-            self._maybe_halt()
-        elif kind == sim._CONTROL:
-            src, dest, msg, life = cast(tuple[int, int, Any, int], item)
-            if dest in sim.down or life != sim.incarnation[dest]:
-                self.counts["control_lost"] += 1
-                self.refused(src, dest, life)
-                self._retry_seed(src, dest, msg)
-            else:
-                self._input(dest, sim._CONTROL, (src, msg))
-        elif kind == sim._SEEN:
-            node, life, about, inc = cast(tuple[int, int, int, int], item)
-            if node not in sim.down and life == sim.incarnation[node]:
-                self._carry_out(node, sim.now, sim.machines[node].learn(about, inc, sim.now))
-                self._arm(node)
-        else:
-            node, life, about = cast(tuple[int, int, int], item)
-            if node in sim.down or life != sim.incarnation[node]:
-                return
-            if kind == sim._HINT:
-                self._input(node, sim._HINT, (about,))
-            else:  # a seed that refused the last try: try again
-                self._carry_out(node, sim.now, sim.machines[node].introduce(about))
-                self._arm(node)
-
-    def restart_seen(self, node: int, sender: int, at: float) -> None:
-        """Core packets from ``sender``, which ``node`` believes crashed: in the
-        runtime the first frame of every connection carries its dialler's
-        record, and a restarted node dials anew, so ``node`` learns the
-        sender's current incarnation before the packets reach its core (a
-        relay's packets too, not only rounds it started: a relayed round
-        from an unknown life was dropped and its ACK wave never completed)."""
-        sim = self.sim
-        m = sim.machines[node]
-        inc = sim.incarnation[sender]
-        if sim.introductions is None:
-            out = m.learn(sender, inc, at)
-        else:
-            _, out = m.add_peer(*_verify(_record(sender, inc)), at)
-        self._carry_out(node, at, out)
-
-    def hint(self, node: int, about: int) -> None:
-        """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
-        if node not in self.sim.down:
-            self._input(node, self.sim._HINT, (about,))
-
-    def refused(self, src: int, dest: int, life: int) -> None:
-        """Something ``src`` sent reached ``dest``'s crashed life ``life``: ``src``
-        hears of it (once per life) one propagation later."""
-        sim = self.sim
-        key = (src, dest, life)
-        if src in sim.down or key in self.hinted:
-            return
-        self.hinted.add(key)
-        self.counts["hints"] += 1
-        self._push(sim.now + self._delay(dest, src), sim._HINT, (src, sim.incarnation[src], dest))
-
-    def _delay(self, src: int, dest: int) -> float:
-        sim = self.sim
-        if sim.link_delay is not None:
-            return sim.link_delay(src, dest, self.rng)
-        return sim.delays.propagation(self.rng)
-
-    def _input(self, node: int, kind: int, args: tuple[Any, ...]) -> None:
-        """Like a notification: it waits for the node's CPU if work is deferred
-        or a crash may come first (``Simulation._defers``)."""
-        sim = self.sim
-        start = max(sim.now, sim.clocks[node].cpu_free)
-        if start > sim.now and sim._defers(node, start):
-            sim._defer(start, node, "machine", (node, kind, args, start))
-            return
-        self.run_input(node, kind, args, start)
-
-    def run_input(self, node: int, kind: int, args: tuple[Any, ...], start: float) -> None:
-        sim = self.sim
-        m = sim.machines[node]
-        if kind == sim._TIMER:
-            out = m.handle_timer(start)
-        elif kind == sim._CONTROL:
-            sender, msg = args
-            if type(msg) is SendExchange:
-                out = m.exchange(sender, msg.records, msg.reply, start)
-            elif type(msg) is Members:
-                out = m.on_digest(sender, msg.digest, start)
-            else:
-                out = m.control(sender, msg, start)
-        else:
-            out = m.hint(args[0], start)
-        self._carry_out(node, start, out)
-        self._arm(node)
-
-    def _carry_out(self, node: int, start: float, out: list[Any]) -> None:
-        """Machine outputs here; core outputs through the engine, one ``t_pc`` later."""
-        core_out: list[Output] = []
-        for o in out:
-            kind = type(o)
-            if kind is SendControl or kind is SendExchange:
-                self._send(node, o, start)
-            elif kind is MemberDown:
-                self._down(node, o, start)
-            elif kind is Reincarnated:
-                self._emit(node, start, core_out)  # the old life's last outputs
-                core_out = []
-                self._reincarnated(node, o, start)
-            elif not isinstance(o, MachineOutput):  # the rest of the machine's: nothing to do
-                core_out.append(o)
-        self._emit(node, start, core_out)
-
-    def _emit(self, node: int, start: float, outputs: list[Output]) -> None:
-        if outputs:
-            sim = self.sim
-            clock = sim.clocks[node]
-            clock.cpu_free = max(clock.cpu_free, start + sim.delays.tpc)
-            sim._emit(node, start, start + sim.delays.tpc, outputs)
-
-    def _send(self, src: int, o: SendControl | SendExchange, start: float) -> None:
-        sim = self.sim
-        self.counts["control_sent"] += 1
-        msg = o.msg if type(o) is SendControl else o  # an exchange travels as itself
-        item = (src, o.dest, msg, sim.incarnation[o.dest])
-        self._push(start + self._delay(src, o.dest), sim._CONTROL, item)
-
-    def _down(self, observer: int, o: MemberDown, at: float) -> None:
-        if o.reason == "suspected":
-            crashed = self.sim._died.get((o.node, o.incarnation))
-            self.detections.append((at, observer, o.node, o.incarnation, crashed))
-
-    def _reincarnated(self, node: int, o: Reincarnated, at: float) -> None:
-        """The trace shows a crash and a recovery; the old life's links die."""
-        sim = self.sim
-        self.counts["reincarnations"] += 1
-        sim._died[(node, o.previous)] = at
-        sim.incarnation[node] = o.incarnation
-        m = sim.machines[node]
-        if m.record:
-            m.record = _record(node, o.incarnation)
-        sim.nodes[node] = m.core
-        for link in [k for k in sim._last_frame if node in k]:
-            del sim._last_frame[link]
-        clock = sim.clocks[node]
-        clock.link_free = at
-        clock.in_queue.clear()
-        sim.recorder.failure(at, node, True)
-        sim.recorder.failure(at, node, False)
-        for topic in sorted(m.topics):
-            sim.recorder.call(at, node, "SUB", topic)
-
-    # ------------------------------------------------------------- the end --
-
-    def _maybe_halt(self) -> None:
-        """Stop the run once only detector events are left and, checked at most
-        every half round, every node that is up agrees on who is up (or no
-        agreement came ``100`` rounds after the work ran out)."""
-        sim = self.sim
-        if len(sim._heap) != self.events:
-            self._quiet_since = None
-            return
-        now = sim.now
-        if self._quiet_since is None:
-            self._quiet_since = now
-        elif now - self._checked < self.cfg.interval / 2:
-            return
-        self._checked = now
-        if self.agreed():
-            self.converged = True
-        elif now - self._quiet_since > 100 * self.cfg.interval:
-            self.converged = False
-        else:
-            return
-        self.halted = True
-        raise _Halt
-
-    def agreed(self) -> bool:
-        """Every node that is up holds exactly the others that are up, at their
-        current incarnations, as members."""
-        sim = self.sim
-        up = set(sim.ids) - sim.down
-        for n in up:
-            m = sim.machines[n]
-            if len(m.alive) != len(up) - 1 or not m.alive < up:
-                return False
-            if any(m.incs[x] != sim.incarnation[x] for x in m.alive):
-                return False
-        return True
-
-    def metrics(self) -> dict[str, Any]:
-        crashed = [(at - t) for at, _, _, _, t in self.detections if t is not None]
-        false = [d for d in self.detections if d[4] is None]
-        cfg = self.cfg
-        return {
-            "detector": {
-                "interval": cfg.interval,
-                "timeout": cfg.timeout,
-                "max_timeout": cfg.max_timeout,
-                "attempts": cfg.attempts,
-            },
-            "detection": summarize(crashed),
-            "false_suspicions": len(false),
-            **self.counts,
-            "converged": self.converged,
-            "agreed": self.agreed(),
-        }
+        return depart + tpp
 
 
 __all__ = ["DETECTOR", "MEMBERSHIP", "PROTOCOLS", "Core", "LinkDelay", "Listener", "Simulation"]

@@ -7,6 +7,12 @@ starts a comment; blank lines are ignored.  Failures are
 empty, as a new incarnation).  ``time;HINT;node;other`` gives ``node`` a hint
 that node ``other`` (an index) may be gone, as a spoofed mDNS goodbye or a
 reset connection would (with the real detector: a probe, never an eviction).
+``time;RESET;node;other`` breaks the connections between ``node`` and node
+``other`` (an index): what was in flight on them is lost, each side re-dials
+and sends again what the other has not confirmed (the runtime's reliable
+links, ``p2p.sim._links``).  ``time;TWIN;node`` starts a second process with
+``node``'s id while the first still runs (a copied node directory): the
+newer start keeps the id and the older process stops (``p2p.sim._twin``).
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from pathlib import Path
 
 from p2p._errors import ScenarioError
 
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT")
-FAILURES = ("CRASH", "RECOVER")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN")
+PEERED = ("HINT", "RESET")
+"""Actions whose fourth field is another node's index, not a topic."""
+FAILURES = ("CRASH", "RECOVER", "TWIN")
+"""Actions on a node alone: ``time;ACTION;node``, no topic."""
 MAX_LINE = 64 * 1024
 
 
@@ -114,7 +123,7 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     if len(fields) not in (4, 5):
         raise ScenarioError(
             f"line {lineno}: expected time;ACTION;node;topic[;payload] "
-            f"or time;CRASH|RECOVER;node, got {len(fields)} fields"
+            f"or time;CRASH|RECOVER|TWIN;node, got {len(fields)} fields"
         )
     t_raw, action, node_raw, topic = fields[:4]
     try:
@@ -131,14 +140,18 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     if action in FAILURES and topic:
         raise ScenarioError(f"line {lineno}: {action} takes no topic")
     if not topic and action not in FAILURES:
-        what = "the node it hints about" if action == "HINT" else "a topic"
+        what = {"HINT": "the node it hints about", "RESET": "the other end"}.get(action, "a topic")
         raise ScenarioError(f"line {lineno}: {action} needs {what}")
-    if action == "HINT":
+    if action in PEERED:
         topic = str(_index(topic, lineno, nodes))
     payload = fields[4].encode() if len(fields) == 5 else b""
     if payload and action != "PUB":
         raise ScenarioError(f"line {lineno}: only PUB takes a payload")
     targets = list(range(nodes)) if node_raw == "*" else [_index(node_raw, lineno, nodes)]
+    if action == "RESET":  # a node has no connection to itself
+        targets = [n for n in targets if str(n) != topic]
+        if not targets:
+            raise ScenarioError(f"line {lineno}: RESET of node {topic}'s connection to itself")
     return [Action(time, action, n, topic, payload, lineno) for n in targets]
 
 
