@@ -833,3 +833,20 @@ def test_a_frontier_counts_while_the_subscription_waits_for_announces() -> None:
     )
     intro = {k: [0] for k in ids[1:]}
     _replay(Simulation(ids, seed=0, detector=FAST, introductions=intro), script)
+
+
+def test_a_run_halts_only_once_every_core_is_idle() -> None:
+    """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
+    back and gets node 0's UNS round with node 3 as its child; node 3 had
+    crashed, and node 2 never knew it.  Node 0 declared node 3 dead before
+    node 2 was back, so only a later detector exchange tells node 2; the run
+    halted as soon as membership agreed, with node 2's round still waiting.
+    It halts now only once every core is idle too."""
+    script = _lines(
+        " ".join(f"0;{a};0;t" for a in ["SUB", "UNS"] * 4)
+        + " 0;SUB;3;t 0;UNS;3;t 0;SUB;2;t 84;SUB;0;t 251;SUB;5;t 322;SUB;3;t "
+        "3057;PUB;3;t 4529;PUB;5;t 4529;PUB;5;t 4800;CRASH;3 5331;CRASH;2 "
+        "5762;RECOVER;2 5776;UNS;0;t"
+    )
+    intro = {k: [0] for k in range(1, 6)}
+    _replay(Simulation(list(range(6)), seed=0, detector=FAST, introductions=intro), script)

@@ -376,8 +376,11 @@ class _Membership:
 
     def _maybe_halt(self) -> None:
         """Stop the run once only detector events are left and, checked at most
-        every half round, every node that is up agrees on who is up (or no
-        agreement came ``100`` rounds after the work ran out)."""
+        every half round, every node that is up agrees on who is up and its
+        core is idle (or that did not come ``100`` rounds after the work ran
+        out).  A core may still wait for a round that only a later detector
+        verdict ends (a child it never knew, reported dead by a member's
+        detector): halting at agreement alone left it waiting."""
         sim = self.sim
         if len(sim._heap) != self.events:
             self._quiet_since = None
@@ -388,14 +391,19 @@ class _Membership:
         elif now - self._checked < self.cfg.interval / 2:
             return
         self._checked = now
-        if self.agreed():
+        if self.agreed() and self._idle():
             self.converged = True
         elif now - self._quiet_since > 100 * self.cfg.interval:
-            self.converged = False
+            self.converged = self.agreed()
         else:
             return
         self.halted = True
         raise _Halt
+
+    def _idle(self) -> bool:
+        """Every core of a node that is up has nothing in flight or queued."""
+        sim = self.sim
+        return all(c.idle() for n, c in sim.nodes.items() if n not in sim.down)
 
     def agreed(self) -> bool:
         """Every node that is up holds exactly the others that are up, at their
