@@ -155,13 +155,16 @@ class _Driver(_NodeState):
             self._superseded(o)
 
     def _member_down(self, o: MemberDown) -> None:
-        """``o.node`` up to ``o.incarnation`` is over: forget its records' sync
-        state and frame numbers; if it left the view, drop its link and tell."""
+        """``o.node`` up to ``o.incarnation`` is over: if that ends the life in
+        the view, forget its frame numbers, drop its link and tell."""
         if o.reason == "suspected":
             self.stats["suspicions"] += 1
             log.warning("suspect %016x (incarnation %d)", o.node, o.incarnation)
-        self._received.forget(o.node)
         if o.was_up:
+            # Only for the life the frame numbers belong to: a verdict on an
+            # older life, arriving after the newer one's link began, must not
+            # erase them (a resend after a reset would then pass twice).
+            self._received.forget(o.node)
             self._drop_link(o.node)
             self._membership_changed(MembershipEvent("left", o.node, o.incarnation, o.reason))
 
