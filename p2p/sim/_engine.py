@@ -49,7 +49,7 @@ from topics import (
     Subscribed,
     VCubePS,
 )
-from topics._core import preset_view
+from topics._state import preset_view
 from vcube import DetectorConfig, Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")

@@ -1,0 +1,299 @@
+"""Announces to newcomers, and the frontiers they carry.
+
+A node that joins (or comes back) missed the SUB rounds flooded meanwhile:
+each subscriber tells it its own subscription in a one-destination round,
+acknowledged (as a SYNC) with the newcomer's entry, its bound and, where the
+announce taught it the op, its frontier.  The marks kept per stream in
+``_Topic.novel`` (:meth:`_Announcing._note_novel`) are what a frontier stops
+at.  Invariant: a frontier covers no publication owed to the subscription
+it is given to (argued at :meth:`_Announcing._sync_frontier`), and only a
+subscription confirmed knowing nobody takes one
+(:meth:`_Announcing._frontier`).
+"""
+
+from __future__ import annotations
+
+from causal import MsgId
+from topics._aggregation import _Aggregation
+from topics._events import Output, Send
+from topics._messages import Ack, Bound, PubMessage, RoundId
+from topics._state import (
+    ANY_OP,
+    GAP,
+    GAP2,
+    _as_bounds,
+    _held_through,
+    _merge_max,
+    _oldest_held,
+    _Pending,
+    _stream_key,
+    _stream_of,
+    _Topic,
+)
+
+
+class _Announcing(_Aggregation):
+    """Announces, bounds for announcers and frontiers (see the module docstring)."""
+
+    def _note_novel(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
+        """Mark, per node, the first of ``fresh`` (one stream, in order) that may
+        follow an op of that node this node does not know: it names one, or
+        follows one marked for that node (so marks follow causal chains), or a
+        publication of another stream that never came here (then for any node,
+        ``ANY_OP``).  The first whose own predecessor never came here is marked
+        ``GAP``."""
+        src, inc = fresh[0].id.source, fresh[0].id.incarnation
+        key = _stream_key(src, inc)
+        marks = state.novel.get(key)
+        if marks is not None and ANY_OP in marks:
+            return  # everything from there on is marked already
+        last = state.last_rx.get(key, -1)
+        for msg in fresh:
+            found = self._unknown_ops(state, msg)
+            if msg.prev > last:
+                found.add(GAP2 if marks and GAP in marks else GAP)
+            if found:
+                marks = state.novel.setdefault(key, {})
+                for node in found:
+                    marks.setdefault(node, msg.id.seq)
+                if ANY_OP in found:
+                    return
+            last = msg.id.seq
+
+    def _note_own(self, state: _Topic, msg: PubMessage) -> None:
+        """:meth:`_note_novel` for this node's own publication ``msg``: it follows
+        what the publications it names were marked for, so a publication of
+        another source that names it is marked through it."""
+        found = self._unknown_ops(state, msg)
+        if found:
+            marks = state.novel.setdefault(_stream_key(self.id, self.incarnation), {})
+            for node in found:
+                marks.setdefault(node, msg.id.seq)
+
+    def _unknown_ops(self, state: _Topic, msg: PubMessage) -> set[int]:
+        """The nodes of ops ``msg`` may follow that this node does not know
+        (``ANY_OP``: a publication of another stream it names never came here,
+        or came after a gap there; this node's own count as come, and
+        :meth:`_note_own` marks them).  Its own stream is left to the marks
+        there (:meth:`_note_novel`)."""
+        src, inc = msg.id.source, msg.id.incarnation
+        found: set[int] = set()
+        view, me, life = state.view, self.id, self.incarnation
+        for o in msg.op_deps:
+            e = view.get(o.source)
+            if (e is None or (e.incarnation, e.rc) < (o.incarnation, o.seq)) and o.source != me:
+                found.add(o.source)
+        last_rx, novel = state.last_rx, state.novel
+        for d in msg.deps:
+            if d.source == src and d.incarnation == inc:
+                continue  # its own stream: the marks there stop a frontier already
+            k = _stream_key(d.source, d.incarnation)
+            if d.seq > last_rx.get(k, -1) and (d.source != me or d.incarnation != life):
+                return {ANY_OP}
+            marks = novel.get(k) if novel else None
+            if marks:
+                for n, first in marks.items():
+                    if d.seq >= first:
+                        found.add(n if n >= 0 else ANY_OP)  # a gap there: any op
+        return found
+
+    def _sync_frontier(
+        self, state: _Topic, newcomer: int
+    ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+        """What an announce to or from ``newcomer``, or its ACK, tells it: per
+        stream, one past the newest publication received here, stopped at the
+        first that may follow an op of ``newcomer`` this node did not know when
+        it came (:meth:`_note_novel`).
+
+        Invariant (why none of it is owed to the newcomer): it is taken while
+        this node does not know the newcomer's op (an ACK only if the
+        announce taught it; an announce only if this node holds no entry of
+        the newcomer's life).  A publication owed there was made by a source
+        that knew the op, so it follows, through a chain of direct
+        predecessors, one that names the op; at each link this node either
+        lacked the predecessor or marked it, so the mark stops the frontier
+        before it; a link of the source's own stream that never came here
+        stops it too (a gap, ``GAP``).  This node's own publications and
+        skipped ones are left out (its bound says more; what it skipped is not
+        known here).
+
+        Returns that frontier and ``beyond``: for the streams where a gap
+        stopped it, where it would stop without that gap (at the next gap at
+        most).  The gap cannot hold the first publication its source made
+        after it learnt the op: that one went to the newcomer in a round that
+        completed before the round of the publication after the gap (received
+        here) started.  So if the newcomer received nothing of the stream
+        below the frontier (the publication after the gap), nothing in the
+        gap follows the op (:meth:`_frontier`)."""
+        first: dict[tuple[int, int], int] = {}
+        beyond: dict[tuple[int, int], int] = {}
+        if state.preset:
+            return first, beyond  # no marks kept: nothing provably not owed
+        novel = state.novel
+        for key, seq in state.last_rx.items():
+            stream = _stream_of(key)
+            if stream[0] == self.id:
+                continue
+            end = seq + 1
+            marks = novel.get(key)
+            if marks:
+                end = min(end, marks.get(newcomer, end), marks.get(ANY_OP, end))
+            gap = marks.get(GAP) if marks else None
+            if marks and gap is not None and gap < end:
+                beyond[stream] = min(end, marks.get(GAP2, end))  # past one gap only
+                end = gap
+            if end > 0:
+                first[stream] = end
+        return first, beyond
+
+    def _sync_ack(self, rid: RoundId, pending: _Pending) -> Send:
+        """ACK an announce with this node's entry and, if it published, its bound
+        for the announcer (:meth:`_sync_bound`), as a SUB round's ACK would have;
+        and this node's frontier if the announce taught it the op."""
+        assert pending.parent is not None
+        state = self._topic(pending.topic)
+        bounds: tuple[Bound, ...] = ()
+        if state.published:
+            bound = self._sync_bound(state, pending.ids[0])
+            bounds = (Bound(self.id, self.incarnation, bound),)
+        # This node's own entry too: an UNS of it that started before it
+        # learned of the announcer went elsewhere, and the announcer may know
+        # the subscription it ends (from another node's view).
+        own = state.view.get(self.id)
+        view = (own,) if own else ()
+        frontier: tuple[dict[tuple[int, int], int], ...] = ({}, {})
+        if pending.predates is not None:  # this announce taught the op
+            frontier = self._sync_frontier(state, pending.ids[0].source)
+        return Send(
+            pending.parent,
+            Ack(
+                rid,
+                pending.topic,
+                view,
+                bounds,
+                _as_bounds(frontier[0]),
+                _as_bounds(frontier[1]),
+            ),
+        )
+
+    def _sync_bound(self, state: _Topic, announced: MsgId) -> int:
+        """The first of this node's publications not known to have reached the
+        ``announced`` subscription already, all of which will: the PUB round in
+        flight if it went to that very op, else the first one still queued (its
+        round will go there: the announce is in the view now), else the next
+        one.  Everything older was in a completed round, so if it went there it
+        is there.  A round in flight to an older op of the announcer (an older
+        life, or a subscription it has left since) may arrive before the
+        announced one started: not owed, so not in the bound."""
+        pending = self._pending.get(state.in_flight) if state.in_flight else None
+        reached = state.round_reached(announced)
+        if pending is not None and pending.kind == "PUB" and reached:
+            return pending.ids[0].seq
+        for item in state.queue:
+            if isinstance(item, PubMessage):
+                return item.id.seq
+        return self._counter
+
+    def _synced(self, state: _Topic, pending: _Pending) -> list[Output]:
+        """The newcomer acknowledged this node's announce with its own entry
+        (learned here) and ``b``, the first of its publications not known to
+        have reached this node already, all of which will (:meth:`_sync_bound`).
+
+        Used only for a stream with no bound yet (a SUB round's ACK said more).
+        Everything from ``b`` on comes here.  Before ``b``, the newcomer may
+        still have sent publications here under an older entry of this node in
+        its view: the oldest one held starts the stream instead
+        (:meth:`_start_stream_at`).  Older ones are not owed.
+        """
+        out: list[Output] = []
+        for entry in (pending.view or {}).values():
+            out.extend(self._learn(state, entry))
+        own = state.view.get(self.id)
+        if own is None or not own.subscribed or pending.ids != (own.op_id,):
+            return out  # announced an older op: the bound says nothing of this one
+        if pending.predates and state.lonely:  # also while confirmation waits for it
+            out.extend(self._frontier(state, pending.predates, pending.beyond or {}))
+        if not state.confirmed:
+            if pending.dest not in state.syncing:
+                return out  # the SUB round of this op is still to come
+            return out + self._sync_before_confirm(state, pending)
+        if not pending.bounds:
+            return out
+        ready: list[PubMessage] = []
+        for (node, inc), first in pending.bounds.items():
+            if (node, inc) in state.bounds:
+                continue
+            oldest = _oldest_held(state, node, inc, below=first)
+            if oldest is not None and _held_through(state, oldest, first):
+                ready.extend(self._start_stream_at(state, oldest))
+            else:
+                state.bounds[(node, inc)] = first
+                ready.extend(state.buffer.advance(node, inc, first - 1))
+        out.extend(self._release(state, ready))
+        out.extend(self._unblock_predating(state))
+        return out
+
+    def _frontier(
+        self,
+        state: _Topic,
+        predates: dict[tuple[int, int], int],
+        beyond: dict[tuple[int, int], int],
+    ) -> list[Output]:
+        """A member's frontier (:meth:`_sync_frontier`), from the ACK of this
+        node's announce or from an announce it sent here: skipped where no
+        bound came, as a SUB round's ``predates``.
+
+        What makes a subscription confirmed knowing nobody (its SUB round
+        reached nobody) live: a publication owed here that names a publication
+        of a source that died unseen (which never comes) no longer waits.
+        Only such a subscription takes frontiers (``lonely``): it exists only
+        where membership is partial, and there a publication is owed only to
+        the subscribers its source knew, which it then names in its barrier;
+        with full membership a publication made before its source's own SUB
+        round ended names nobody yet is owed to every subscriber confirmed
+        before it (found: ``tests/test_checkcli.py``'s eighty scenarios, seed
+        74), and frontiers are not needed there.
+
+        A publication the frontier covers that is held here is dropped, as
+        skipped (none of it is owed): kept, it would wait for its past while
+        what follows it in other streams, skipped unseen past the same cut,
+        let their successors go first (found: a held relay of a dead source's
+        last round, delivered after a publication that follows it).  Where
+        the member's frontier stopped at a gap, ``beyond`` is taken instead if
+        this node received nothing of the stream below it (see
+        :meth:`_sync_frontier`)."""
+        if beyond:
+            predates = dict(predates)
+            for stream, end in beyond.items():
+                got = state.first_rx.get(_stream_key(*stream))
+                if got is None or got >= predates.get(stream, end):
+                    predates[stream] = max(end, predates.get(stream, 0))
+        bounds, inferred = state.bounds, state.inferred
+        cut = {
+            stream: first for stream, first in predates.items()
+            if (stream not in bounds or stream in inferred)
+            and first > bounds.get(stream, state.predates.get(stream, 0))
+        }  # fmt: skip
+        if not cut:
+            return []
+        for stream, first in cut.items():
+            if stream in bounds:
+                bounds[stream] = first  # it stood in for a bound: the frontier says more
+            else:
+                state.predates[stream] = first
+        dropped = state.buffer.discard(
+            lambda m: m.id.seq < cut.get((m.id.source, m.id.incarnation), -1)
+        )
+        for msg in dropped:
+            self._remember_skipped(state, msg)
+        ready: list[PubMessage] = []
+        for (node, inc), first in cut.items():
+            ready.extend(state.buffer.advance(node, inc, first - 1))
+        return self._release(state, ready)
+
+    def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
+        """An announce sent for :meth:`_unreached` came back: its bound counts as a
+        SUB round's would; the last one confirms the subscription."""
+        _merge_max(state.bounds, (pending.bounds or {}).items())
+        state.syncing.discard(pending.dest)
+        return [] if state.syncing else self._open(state)

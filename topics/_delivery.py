@@ -1,0 +1,250 @@
+"""Causal delivery of one subscription: deliver, hold back or skip.
+
+A received publication is delivered once everything it depends on that can
+still come (:meth:`_Delivery._live_deps`) has been delivered or skipped;
+one that predates the subscription (:meth:`_Delivery._skipped`) is skipped:
+never delivered, never waited for.  Invariants: nothing is delivered before
+the subscription is confirmed (:meth:`_Delivery._open`; until then
+receptions wait in ``early``); delivery follows causal order, and what a
+skipped publication waited for is waited for by what depends on it.
+"""
+
+from __future__ import annotations
+
+from causal import Dep, op_stream
+from topics._base import _CoreBase
+from topics._events import Delivered, Output, Received, Subscribed
+from topics._messages import PubMessage, ViewEntry
+from topics._state import SKIPPED_PAST, _Topic
+
+
+def _deps(msg: PubMessage) -> list[Dep]:
+    """What ``msg`` waits for: its barrier, its ops, and the source's previous publication.
+
+    A publication id is its own dependency triple (no allocation); the source's
+    previous publication is always in the causal past but may have left the
+    barrier, so it is named too to keep per-source FIFO explicit.
+    """
+    deps: list[Dep] = list(msg.deps)
+    if msg.op_deps:
+        deps.extend((op_stream(o.source), o.incarnation, o.seq) for o in msg.op_deps)
+    if msg.prev >= 0:
+        deps.append((msg.id.source, msg.id.incarnation, msg.prev))
+    return deps
+
+
+class _Delivery(_CoreBase):
+    """Causal delivery on a node (see the module docstring)."""
+
+    def _open(self, state: _Topic) -> list[Output]:
+        """The subscription is confirmed: deliveries may start (Subscribed)."""
+        state.confirmed = True
+        return [Subscribed(state.name), *self._confirm(state)]
+
+    def _retired_at_confirm(self, state: _Topic) -> dict[int, int]:
+        """Per node, the newest incarnation whose streams predate this subscription."""
+        retired = {n: i for n, i in self._dead.items() if (n, i) not in state.bounds}
+        newest = dict(self._life)
+        for node, inc in state.bounds:
+            newest[node] = max(newest.get(node, 0), inc)
+        for node, inc in newest.items():
+            if inc > 0 and node != self.id:
+                retired[node] = max(retired.get(node, -1), inc - 1)
+        return retired
+
+    def _confirm(self, state: _Topic) -> list[Output]:
+        """Open delivery: every bound and learned op is now known (Subscribed).
+
+        A source that crashed without giving a bound never learned of this
+        subscription (or its ACK died with it, before the subscription was
+        confirmed): none of its publications is post-subscription here, so
+        its streams are retired rather than waited for.  So are incarnations
+        older than one known to be up (in the view, or a bound): they crashed
+        before this confirmation.  A bound, if one came, still wins.
+        """
+        out: list[Output] = []
+        state.retired = self._retired_at_confirm(state)
+        for (node, inc), first in state.bounds.items():
+            out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
+        for (node, inc), first in state.predates.items():
+            if (node, inc) not in state.bounds:
+                out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
+        for entry in state.view.values():
+            out.extend(self._op_learned(state, entry))
+        early, state.early = state.early, []
+        for msg in early:  # first, so that what depends on them, in any order, waits
+            if self._skipped(state, msg):
+                self._remember_skipped(state, msg)
+        for msg in early:
+            out.extend(self._consider(state, msg))
+        return out
+
+    def _on_publication(self, state: _Topic, msg: PubMessage) -> list[Output]:
+        out: list[Output] = [Received(state.name, msg.id, relay=not state.subscribed)]
+        if not state.subscribed or msg.id.source == self.id:
+            return out
+        if not state.confirmed:
+            state.early.append(msg)
+            self._note_held()
+            return out
+        out.extend(self._consider(state, msg))
+        return out
+
+    def _would_hold(self, topic: str, messages: tuple[PubMessage, ...]) -> int:
+        """How many of a round's publications would be held back if received now.
+
+        Exact for the buffer as it stands (releases could only lower it), so a
+        full buffer still admits the predecessors that drain it: the bound on
+        held publications never blocks honest traffic.
+        """
+        state = self._topics.get(topic)
+        if state is None or not state.subscribed:
+            return 0
+        if not state.confirmed:
+            return len(messages)
+        arriving: set[Dep] = set()
+        held = 0
+        for msg in messages:
+            if msg.id.source == self.id:
+                continue
+            ready = self._skipped(state, msg) or all(
+                d in arriving or state.buffer.satisfied(d) for d in self._live_deps(state, msg)
+            )
+            if ready:
+                arriving.add((msg.id.source, msg.id.incarnation, msg.id.seq))
+            else:
+                held += 1
+        return held
+
+    def _consider(self, state: _Topic, msg: PubMessage) -> list[Output]:
+        """Deliver ``msg`` now, hold it back, or skip it as older than the subscription."""
+        if self._skipped(state, msg):
+            self._remember_skipped(state, msg)
+            return []  # not post-subscription: never delivered here, never waited for
+        out: list[Output] = []
+        src, inc = msg.id.source, msg.id.incarnation
+        if msg.prev >= 0 and self._is_dead(src, inc) and (src, inc) not in state.bounds:
+            out.extend(self._release(state, self._start_stream_at(state, msg)))
+        if state.buffer.add(msg, self._live_deps(state, msg)):
+            out.extend(self._release(state, [msg]))
+        else:
+            self._note_held()
+        return out
+
+    @staticmethod
+    def _start_stream_at(state: _Topic, first: PubMessage) -> list[PubMessage]:
+        """Stand in for a bound that will not come: ``first`` is the oldest
+        publication of its stream held here, and its predecessor is not.
+
+        That predecessor travelled in an earlier round of the source, which
+        completed before the next one started, so had this subscription been
+        among its destinations it would be here: it predates the subscription.
+        So ``first`` becomes the stream's first owned publication (older ones
+        are skipped) and its predecessor counts as settled.  Returns what that
+        releases.  For a crashed source that gave no bound, and for a
+        newcomer's stream below its announce bound (:meth:`_synced`).
+        """
+        stream = (first.id.source, first.id.incarnation)
+        state.bounds[stream] = first.id.seq
+        state.inferred.add(stream)
+        return state.buffer.advance(first.id.source, first.id.incarnation, first.prev)
+
+    @staticmethod
+    def _skipped(state: _Topic, msg: PubMessage) -> bool:
+        """Whether ``msg`` predates this subscription: never delivered, never waited for."""
+        src, inc = msg.id.source, msg.id.incarnation
+        bound = state.bounds.get((src, inc)) if state.bounds else None
+        if bound is not None:
+            return msg.id.seq < bound
+        if state.predates and msg.id.seq < state.predates.get((src, inc), 0):
+            return True
+        return inc <= state.retired.get(src, -1)
+
+    def _live_deps(self, state: _Topic, msg: PubMessage) -> list[Dep]:
+        """:func:`_deps` without what can never come: ops of crashed nodes (never
+        learned, nor needed) and publications of retired streams (see :meth:`_confirm`).
+
+        A skipped publication counts as delivered, so what depends on it would
+        not wait for its causal past, part of which may well be delivered here
+        (published after this subscription, or by a source that gave a bound):
+        so a dependency on a skipped publication seen here brings in what that
+        one waited for (:meth:`_remember_skipped`), keeping causal order
+        through it.
+        """
+        deps = _deps(msg)
+        if state.skipped_past:
+            past = state.skipped_past
+            deps.extend(d for dep in list(deps) for d in past.get(dep, ()))
+        if self._dead or self.incarnation or state.retired:  # else nothing can be gone
+            deps = [d for d in deps if not self._gone(state, d)]
+        return deps
+
+    def _remember_skipped(self, state: _Topic, msg: PubMessage) -> None:
+        """Note what skipped ``msg`` waited for (transitively through earlier skipped
+        ones), for :meth:`_live_deps`; the oldest note goes beyond SKIPPED_PAST."""
+        past = state.skipped_past
+        key = (msg.id.source, msg.id.incarnation, msg.id.seq)
+        if key in past:  # noted already (_confirm notes the early ones first)
+            return
+        # Only what is still missing: the notes stay as small as the gaps.
+        deps = self._live_deps(state, msg)
+        waits = dict.fromkeys(d for d in deps if not state.buffer.satisfied(d))
+        past[key] = tuple(waits)
+        if len(past) > SKIPPED_PAST:
+            del past[next(iter(past))]
+
+    def _gone(self, state: _Topic, dep: Dep) -> bool:
+        """Whether ``dep`` names something that will never come (see :meth:`_live_deps`).
+
+        This node's own earlier incarnations count as crashed: a restarted
+        node holds nothing of its previous life.
+        """
+        stream, inc = dep[0], dep[1]
+        node = -stream - 1 if stream < 0 else stream
+        if node == self.id:
+            return inc < self.incarnation
+        if stream < 0:
+            return self._is_dead(node, inc)
+        return inc <= state.retired.get(stream, -1) and (stream, inc) not in state.bounds
+
+    def _note_held(self) -> None:
+        """Keep ``pending_max`` (only called when something was just held back)."""
+        held = sum(len(t.buffer) + len(t.early) for t in self._topics.values())
+        self.pending_max = max(self.pending_max, held)
+
+    def _release(self, state: _Topic, ready: list[PubMessage]) -> list[Output]:
+        """Deliver ``ready`` and everything their delivery unblocks (CHECKDELIVERY)."""
+        out: list[Output] = []
+        work = list(ready)
+        while work:
+            msg = work.pop(0)
+            state.barrier.delivered(msg.id, msg.deps, msg.op_deps)
+            out.append(Delivered(state.name, msg.id, msg.payload))
+            work.extend(state.buffer.advance(msg.id.source, msg.id.incarnation, msg.id.seq))
+        return out
+
+    def _op_learned(self, state: _Topic, entry: ViewEntry) -> list[Output]:
+        """Release what waited for ``entry`` (or an older op of its node)."""
+        stream = op_stream(entry.node)
+        ready = state.buffer.advance(stream, entry.incarnation, entry.rc)
+        if entry.incarnation:
+            ready.extend(state.buffer.retire_below(stream, entry.incarnation))
+        return self._release(state, ready)
+
+    def _learn(self, state: _Topic, entry: ViewEntry) -> list[Output]:
+        """Record ``entry`` if it is newer than what this node knew (UPDATE, lines 81-87).
+
+        A newly learned op of another node joins the causal barrier, so the
+        next publication here is causally after it.
+        """
+        if not entry.newer_than(state.view.get(entry.node)) or self._is_dead(
+            entry.node, entry.incarnation
+        ):
+            return []
+        state.set_entry(entry)
+        if entry.incarnation > self._life.get(entry.node, 0):
+            self._life[entry.node] = entry.incarnation
+        state.learned_at[entry.node] = self._counter
+        if entry.node != self.id:
+            state.barrier.learned_op(entry.op_id)
+        return self._op_learned(state, entry) if state.confirmed else []

@@ -1,0 +1,184 @@
+"""Packets from peers: checked against the limits and the protocol, then
+handed to the SUB, PUB/UNS round and ACK handlers.
+
+Invariant: a packet that raises :class:`~topics.RemoteProtocolError` has not
+changed this node's state (every check comes before the first change).
+"""
+
+from __future__ import annotations
+
+from topics._errors import RemoteProtocolError
+from topics._events import Output
+from topics._messages import Ack, Packet, PubMessage, PubRound, Sub, Uns
+from topics._repair import _Repair
+from topics._state import (
+    REPAIR_ROUNDS,
+    StreamKey,
+    _bounds_of,
+    _Pending,
+    _relay_packets,
+    _stream_key,
+)
+from vcube import cluster
+
+
+def _strictly_increasing(ids: tuple[int, ...]) -> bool:
+    """Whether ``ids`` is sorted without duplicates (a route is; most have 0 or 1 id)."""
+    return len(ids) < 2 or list(ids) == sorted(set(ids))
+
+
+class _Receive(_Repair):
+    """Input from peers (see the module docstring)."""
+
+    def receive(self, sender: int, packet: Packet, now: float) -> list[Output]:
+        """Handle one packet from ``sender``; raises :class:`RemoteProtocolError` on garbage.
+
+        A packet that raises has not changed this node's state.
+        """
+        if isinstance(packet, PubRound):
+            return self._on_round(sender, packet, packet.dests, packet.messages)
+        if isinstance(packet, Uns):
+            return self._on_round(sender, packet, packet.dests, ())
+        if isinstance(packet, Sub):
+            return self._on_sub(sender, packet)
+        if isinstance(packet, Ack):
+            return self._on_ack(sender, packet)
+        raise RemoteProtocolError(f"unknown packet type {type(packet).__name__}")
+
+    def _check_remote(self, topic: str, messages: tuple[PubMessage, ...] = ()) -> None:
+        """Reject a packet whose sizes break the configured limits (before any state change)."""
+        cfg = self.config
+        # A topic this node holds passed the same checks when it was created
+        # (_topic): encoding its name again on every packet is wasted work.
+        known = isinstance(topic, str) and topic in self._topics
+        if not known and (
+            not isinstance(topic, str) or not topic or len(topic.encode()) > cfg.max_topic_len
+        ):
+            raise RemoteProtocolError(f"bad topic name {str(topic)[:64]!r}")
+        if len(messages) > cfg.max_round_messages:
+            raise RemoteProtocolError(f"round of {len(messages)} publications exceeds the limit")
+        for msg in messages:
+            if len(msg.payload) > cfg.max_payload:
+                raise RemoteProtocolError(f"payload of {msg.id!r} exceeds max_payload")
+            if len(msg.deps) + len(msg.op_deps) > cfg.max_barrier:
+                raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
+        held = self.held_back(topic)
+        if (
+            messages
+            and held + len(messages) > cfg.max_held
+            and held + self._would_hold(topic, messages) > cfg.max_held
+        ):
+            raise RemoteProtocolError(f"hold-back buffer of {topic!r} full (max_held)")
+        if len(self._pending) >= cfg.max_pending_rounds:
+            raise RemoteProtocolError("too many rounds awaiting acknowledgement")
+
+    def _fresh(
+        self, last_rx: dict[StreamKey, int], messages: tuple[PubMessage, ...]
+    ) -> tuple[tuple[PubMessage, ...], int | None]:
+        """The publications of a round not received before, and the stream's new last seq.
+
+        A round carries publications of one stream (its source's, or a crashed
+        source's when relayed) in increasing order; anything else is rejected.
+        Those at or below what was already received from the stream are
+        duplicates of a retransmission or relay, dropped by id: an honest
+        stream only ever arrives again as a repeat of a prefix, because its
+        rounds are sequential and a source sends a round again only in full.
+        Pure: the caller records the result only once every check passed.
+        """
+        if not messages:
+            return (), None
+        source, inc = messages[0].id.source, messages[0].id.incarnation
+        last = before = last_rx.get(_stream_key(source, inc), -1)
+        prev = -1
+        for msg in messages:
+            if (msg.id.source, msg.id.incarnation) != (source, inc) or msg.id.seq <= prev:
+                raise RemoteProtocolError(f"round mixes streams or is out of order at {msg.id!r}")
+            prev = msg.id.seq
+        last = max(last, prev)
+        if messages[0].id.seq > before:
+            return messages, last
+        fresh = tuple(m for m in messages if m.id.seq > before)
+        self.duplicates += len(messages) - len(fresh)
+        return fresh, (last if fresh else None)
+
+    def _on_sub(self, sender: int, packet: Sub) -> list[Output]:
+        repair = packet.round.number >= REPAIR_ROUNDS  # a repairer's copy (see _repair_child)
+        if sender == self.id or (packet.op.node != packet.round.source and not repair):
+            raise RemoteProtocolError(f"malformed SUB from {sender}: {packet!r}")
+        if packet.round in self._pending:
+            raise RemoteProtocolError(f"round {packet.round!r} received twice")
+        self._check_remote(packet.topic)
+        state = self._topic(packet.topic)
+        out = self._learn(state, packet.op)
+        span = cluster(sender, self.id) - 1
+        kids = self.overlay.children_at(self.id, span)
+        pending = _Pending(packet.topic, "SUB", sender, set(kids), (packet.op.op_id,))
+        out.extend(self._forward(packet.round, pending, [(k, packet) for k in kids]))
+        return out
+
+    def _on_round(
+        self,
+        sender: int,
+        packet: PubRound | Uns,
+        dests: tuple[int, ...],
+        messages: tuple[PubMessage, ...],
+    ) -> list[Output]:
+        if sender == self.id or self.id in dests or not _strictly_increasing(dests):
+            raise RemoteProtocolError(f"malformed {packet.kind} from {sender}: {packet.round!r}")
+        if packet.round in self._pending:
+            raise RemoteProtocolError(f"round {packet.round!r} received twice")
+        if isinstance(packet, Uns) and len(packet.predates) > self.config.max_view_entries:
+            raise RemoteProtocolError(f"UNS from {sender} carries too many predates")
+        self._check_remote(packet.topic, messages)
+        known = self._topics.get(packet.topic)
+        fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
+        state = known or self._topic(packet.topic)
+        out: list[Output] = []
+        if fresh and not state.preset:
+            self._note_novel(state, fresh)
+            state.first_rx.setdefault(_stream_key(fresh[0].id.source, fresh[0].id.incarnation),
+                                      fresh[0].id.seq)  # fmt: skip
+        if last_rx is not None:  # something new: the newest round of its stream here
+            stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
+            # Only then: a relay of an older round, all duplicates, must not
+            # replace the newest one as what this node relays at the crash.
+            state.last_round[stream] = messages
+            if not state.confirmed:
+                state.relay_unowed.add(stream)
+            elif state.relay_unowed:
+                state.relay_unowed.discard(stream)
+            state.last_rx[stream] = last_rx
+        new_op = False  # an announce that teaches this node the op (see _sync_ack)
+        if isinstance(packet, Uns):
+            new_op = packet.op.newer_than(state.view.get(packet.op.node))
+            out.extend(self._learn(state, packet.op))
+            if packet.predates and state.subscribed and state.lonely:
+                beyond = dict(_bounds_of(packet.beyond))
+                out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
+        for msg in fresh:
+            out.extend(self._on_publication(state, msg))
+        children = _relay_packets(self.id, packet)
+        pending = self._received_pending(sender, packet, children)
+        if pending.kind == "SYNC" and not new_op:
+            pending.predates = None  # knew this op already: no frontier (_sync_ack)
+        if messages and (state.held or (self.config.aggregation and state.confirmed)):
+            if not children:
+                out.append(self._ack_for(packet.round, pending))
+            else:
+                self._track(packet.round, pending, children, packet)
+            out.extend(self._aggregate(state, messages, children))
+            out.extend(self._repair_known_dead(packet.round, pending))
+            return out
+        out.extend(self._forward(packet.round, pending, children, packet))
+        return out
+
+    @staticmethod
+    def _received_pending(
+        sender: int, packet: PubRound | Uns, children: list[tuple[int, Packet]]
+    ) -> _Pending:
+        """The record of a received round; an announce (a subscribed op in a
+        one-destination UNS round, see :meth:`joined`) is a SYNC, acked with a bound."""
+        waiting = {c for c, _ in children}
+        if isinstance(packet, Uns) and packet.op.subscribed and not packet.dests:
+            return _Pending(packet.topic, "SYNC", sender, waiting, (packet.op.op_id,))
+        return _Pending(packet.topic, packet.kind, sender, waiting)
