@@ -914,9 +914,14 @@ def _scan(body: bytes, max_items: int) -> None:
         raise WireError(f"{end - pos} trailing bytes after the body")
 
 
+_HEADS = {tag: (bytes((0x85, tag)), bytes((0x86, tag)), bytes((0x87, tag))) for tag in (2, 3)}
+"""Per UNS/ACK tag, the array heads of 5, 6 and 7 elements, built once: an ACK is
+encoded for every round on every hop."""
+
+
 def _e_head(predates: tuple[Bound, ...], beyond: tuple[Bound, ...], tag: int) -> bytes:
     """An ACK's or UNS's array head: 5 elements, 6 with ``predates``, 7 with ``beyond``."""
-    return bytes((0x85 + (2 if beyond else 1 if predates else 0), tag))
+    return _HEADS[tag][2 if beyond else 1 if predates else 0]
 
 
 def _e_extras(predates: tuple[Bound, ...], beyond: tuple[Bound, ...]) -> bytes:

@@ -21,6 +21,7 @@ from topics._state import (
     ANY_OP,
     GAP,
     GAP2,
+    StreamKey,
     _as_bounds,
     _held_through,
     _merge_max,
@@ -41,7 +42,7 @@ class _Announcing(_Aggregation):
         follows one marked for that node (so marks follow causal chains), or a
         publication of another stream that never came here (then for any node,
         ``ANY_OP``).  The first whose own predecessor never came here is marked
-        ``GAP``."""
+        ``GAP``, the second ``GAP2``."""
         src, inc = fresh[0].id.source, fresh[0].id.incarnation
         key = _stream_key(src, inc)
         marks = state.novel.get(key)
@@ -53,9 +54,7 @@ class _Announcing(_Aggregation):
             if msg.prev > last:
                 found.add(GAP2 if marks and GAP in marks else GAP)
             if found:
-                marks = state.novel.setdefault(key, {})
-                for node in found:
-                    marks.setdefault(node, msg.id.seq)
+                marks = self._mark(state, key, found, msg.id.seq)
                 if ANY_OP in found:
                     return
             last = msg.id.seq
@@ -66,9 +65,16 @@ class _Announcing(_Aggregation):
         another source that names it is marked through it."""
         found = self._unknown_ops(state, msg)
         if found:
-            marks = state.novel.setdefault(_stream_key(self.id, self.incarnation), {})
-            for node in found:
-                marks.setdefault(node, msg.id.seq)
+            self._mark(state, _stream_key(self.id, self.incarnation), found, msg.id.seq)
+
+    @staticmethod
+    def _mark(state: _Topic, key: StreamKey, found: set[int], seq: int) -> dict[int, int]:
+        """Mark ``seq`` of stream ``key`` for each of ``found`` not marked there
+        before (a stream's first mark per node is the one a frontier stops at)."""
+        marks = state.novel.setdefault(key, {})
+        for node in found:
+            marks.setdefault(node, seq)
+        return marks
 
     def _unknown_ops(self, state: _Topic, msg: PubMessage) -> set[int]:
         """The nodes of ops ``msg`` may follow that this node does not know
