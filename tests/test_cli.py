@@ -124,3 +124,27 @@ def test_the_old_seed_flag_says_where_it_went(capsys: pytest.CaptureFixture[str]
     assert "--seed is now --rng-seed 3" in capsys.readouterr().err
     assert main(["demo", "--seed", "1"]) == 2
     assert "--seed is now --rng-seed 1" in capsys.readouterr().err
+
+
+def test_sim_reports_what_resets_and_second_starts_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``RESET`` and ``TWIN`` runs print and write their counters; others do not."""
+    subs = "0;SUB;0;t\n0;SUB;1;t\n0;SUB;2;t\n500;PUB;0;t;hi\n"
+    cases = {
+        "links": (subs + "600;RESET;0;1\n600.5;PUB;0;t;a\n601;PUB;0;t;b\n", "resets", 1),
+        "twins": (subs + "600;TWIN;1\n900;PUB;0;t;b\n", "superseded", 1),
+        None: (subs + "600.5;PUB;0;t;a\n", None, 0),
+    }
+    for key, (text, counter, expected) in cases.items():
+        scen, metrics = tmp_path / f"{key}.txt", tmp_path / f"{key}.json"
+        scen.write_text(text)
+        assert main(["sim", str(scen), "--nodes", "3", "--metrics", str(metrics)]) == 0
+        out = capsys.readouterr().out
+        doc = json.loads(metrics.read_text())
+        for other in ("links", "twins"):
+            assert (other in doc) == (other == key), (key, sorted(doc))
+            assert (f"{other}: " in out) == (other == key), out
+        if key is not None:
+            assert counter is not None
+            assert doc[key][counter] == expected, doc[key]

@@ -354,6 +354,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         doc = sim.recorder.metrics()
         if sim.machines:
             doc["membership"] = sim.membership_metrics()
+        for key, extra in (("links", sim.link_metrics()), ("twins", sim.twin_metrics())):
+            if extra:  # only runs with RESET or TWIN lines have these
+                doc[key] = extra
         args.metrics.write_text(json.dumps(doc, indent=2) + "\n")
     if args.trace:
         with open(args.trace, "w", encoding="utf-8") as fh:
@@ -364,7 +367,30 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(_summary(sim, args.protocol, wall))
         if sim.machines and sim.recorder.failures:
             print(_membership_summary(sim))
+        for line in _fault_summaries(sim):
+            print(line)
     return 0
+
+
+def _fault_summaries(sim: Simulation) -> list[str]:
+    """One line each on what the links did under ``RESET`` lines and what
+    second starts did under ``TWIN`` lines (nothing for runs without them)."""
+    lines = []
+    links, twins = sim.link_metrics(), sim.twin_metrics()
+    if links:
+        lines.append(
+            f"links: {links['resets']} resets, {links['reconnects']} reconnects, "
+            f"{links['frames_lost_in_flight']} frames lost in flight, "
+            f"{links['frames_resent']} resent, {links['frames_duplicate']} duplicates dropped, "
+            f"{links['lost_on_disconnect']} lost for good"
+        )
+    if twins:
+        lines.append(
+            f"twins: {twins['twins']} second starts, {twins['superseded']} older processes "
+            f"stopped, {twins['elder_deliveries']} deliveries by them, "
+            f"{twins['notices']} notices sent to them"
+        )
+    return lines
 
 
 def _membership_summary(sim: Simulation) -> str:
