@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo sim-demo test test-fast lint bench bench-runtime reproduce clean
+.PHONY: demo sim-demo test test-fast test-compiled compiled pure lint bench bench-runtime reproduce clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,9 +43,34 @@ test: lint
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
+## compiled: the optional mypyc build of the cores, in place (needs a C compiler; `make pure` undoes it)
+compiled: $(STAMP)
+	$(BIN)/mypyc $$($(BIN)/python -m p2p._build --sources) >$(VENV)/mypyc.log 2>&1 || \
+		{ tail -20 $(VENV)/mypyc.log; exit 1; }
+	test "$$($(BIN)/python -m p2p._build)" = mypyc
+
+## pure: remove the compiled build (back to pure Python)
+pure:
+	rm -rf build
+	find causal topics vcube -name '*.so' -delete
+	rm -f *__mypyc.*.so
+	test "$$($(BIN)/python -m p2p._build)" = pure
+
+## test-compiled: the core, simulator and property tests on the compiled build (CI runs both builds)
+test-compiled: compiled
+	P2P_EXPECT_BUILD=mypyc $(BIN)/python -m pytest -q $(COMPILED_TESTS); \
+		status=$$?; $(MAKE) --no-print-directory pure; exit $$status
+
 ## bench: simulator speed benchmark (writes bench/out/sim_speed.json)
 bench: $(STAMP)
 	$(BIN)/python -m bench.sim_speed
+
+COMPILED_TESTS := tests/test_core.py tests/test_aggregation.py tests/test_vcubeps_aggregation.py \
+	tests/test_failures.py tests/test_sim.py tests/test_sim_golden.py tests/test_sim_detector.py \
+	tests/test_checks.py tests/test_machine.py tests/test_wire.py tests/test_properties.py \
+	tests/test_scenario.py tests/test_vcube.py tests/test_sim_links.py tests/test_sim_twin.py \
+	tests/test_build.py tests/test_node.py tests/test_node_failures.py tests/test_links.py \
+	tests/test_live_fuzz.py tests/test_detector.py tests/test_checkcli.py
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

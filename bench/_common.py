@@ -13,6 +13,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from p2p._build import build_kind
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -94,6 +96,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "git_head": git("rev-parse", "--short", "HEAD").strip() or None,
         "uncommitted_core_files": [line.strip() for line in dirty if line.strip()],
+        "build": build_kind(),
     }
 
 

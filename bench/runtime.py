@@ -886,22 +886,17 @@ def use_bytecode_cache(cache: Path) -> None:
 
 
 def build_kind() -> dict[str, Any]:
-    """Which build of the library runs: ``pure`` (Python source) or ``mypyc`` (its typed
-    cores compiled to extension modules), and the file of each core module."""
+    """Which build of the library runs (``p2p._build``: ``pure``, ``mypyc`` or
+    ``mixed``), and the file each compiled-build module loads from."""
     import importlib.util
 
+    from p2p import _build
+
     files = {}
-    for name in (
-        "topics._core",
-        "causal._buffer",
-        "causal._barrier",
-        "p2p._wire",
-        "p2p.runtime._node",
-    ):
+    for name in _build.COMPILED_MODULES:
         spec = importlib.util.find_spec(name)
         files[name] = None if spec is None else spec.origin
-    compiled = any(f and not f.endswith(".py") for f in files.values())
-    return {"kind": "mypyc" if compiled else "pure", "modules": files}
+    return {"kind": _build.build_kind(), "modules": files}
 
 
 # ----------------------------------------------------------------- the run

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causal import MsgId
+from p2p._build import build_kind
 from p2p._errors import P2PError
 from p2p._wire import (
     _ENCODED,
@@ -193,8 +194,13 @@ def test_encoding_is_cbor2s(
 
 
 def test_encoding_of_values_the_core_never_sends_is_cbor2s() -> None:
-    """A bool or a bignum where an int belongs, a bytearray payload: still cbor2's bytes."""
-    odd = PubMessage(MsgId(True, 1 << 70, -(1 << 70)), bytearray(b"ab"), (), (), False)  # type: ignore[arg-type]
+    """A bool or a bignum where an int belongs, a bytearray payload: still cbor2's
+    bytes.  The compiled build (``make compiled``) cannot even hold such a message."""
+    try:
+        odd = PubMessage(MsgId(True, 1 << 70, -(1 << 70)), bytearray(b"ab"), (), (), False)  # type: ignore[arg-type]
+    except TypeError:
+        assert build_kind() == "mypyc"
+        return
     packet = PubRound(RoundId(1, 2, 3), "t", (odd,), (0, 1 << 64))
     tree = [PROTOCOL_VERSION, [cbor_tree(packet)]]
     assert encode_packets([packet]) == cbor2.dumps(tree)

@@ -30,10 +30,12 @@ def _strictly_increasing(ids: tuple[int, ...]) -> bool:
 class _Receive(_Repair):
     """Input from peers (see the module docstring)."""
 
-    def receive(self, sender: int, packet: Packet, now: float) -> list[Output]:
+    def receive(self, sender: int, packet: Packet | object, now: float) -> list[Output]:
         """Handle one packet from ``sender``; raises :class:`RemoteProtocolError` on garbage.
 
-        A packet that raises has not changed this node's state.
+        A packet that raises has not changed this node's state.  Typed as taking
+        any object because it does check: the compiled build (``make compiled``)
+        would otherwise reject garbage with a ``TypeError`` before this does.
         """
         if isinstance(packet, PubRound):
             return self._on_round(sender, packet, packet.dests, packet.messages)

@@ -13,8 +13,6 @@ stays until every child it waits for has acknowledged or been repaired away
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from causal import MsgId
 from topics._announce import _Announcing
 from topics._errors import RemoteProtocolError
@@ -38,11 +36,14 @@ from vcube import ID_BITS, partition_sorted
 class _Rounds(_Announcing):
     """Rounds, forwarding and ACK waves (see the module docstring)."""
 
-    if TYPE_CHECKING:  # defined by _Repair (topics._repair), which builds on these rounds
+    # Defined by _Repair (topics._repair), which builds on these rounds; real
+    # methods rather than declarations under TYPE_CHECKING, which mypyc's
+    # compiled build does not accept in a class body.
+    def _repair_known_dead(self, rid: RoundId, pending: _Pending) -> list[Output]:
+        raise NotImplementedError
 
-        def _repair_known_dead(self, rid: RoundId, pending: _Pending) -> list[Output]: ...
-
-        def _retire(self, rid: RoundId) -> None: ...
+    def _retire(self, rid: RoundId) -> None:
+        raise NotImplementedError
 
     def _forward(
         self,

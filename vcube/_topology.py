@@ -35,8 +35,9 @@ def cluster(i: int, j: int) -> int:
     return (i ^ j).bit_length()
 
 
-def check_id(node: int) -> int:
-    """Return ``node`` if it is a valid 64-bit identifier, else raise."""
+def check_id(node: object) -> int:
+    """Return ``node`` if it is a valid 64-bit identifier, else raise (any object
+    may come in: this is the check, so the compiled build must not reject first)."""
     if not isinstance(node, int) or isinstance(node, bool) or not 0 <= node <= MAX_ID:
         raise VCubeError(f"node id must be an integer in [0, 2^{ID_BITS}), got {node!r}")
     return node
