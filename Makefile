@@ -52,7 +52,7 @@ compiled: $(STAMP)
 ## pure: remove the compiled build (back to pure Python)
 pure:
 	rm -rf build
-	find causal topics vcube -name '*.so' -delete
+	find causal topics vcube p2p -name "*.so" -delete
 	rm -f *__mypyc.*.so
 	test "$$($(BIN)/python -m p2p._build)" = pure
 

@@ -43,6 +43,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     "vcube._errors",
     "vcube._topology",
     "vcube._timing",
+    "p2p._reliable",
+    "p2p._wire",
 )
 """The modules ``make compiled`` compiles.  Left out: package ``__init__`` files
 (their lazy re-exports), ``topics._events`` (the simulator sends the causal

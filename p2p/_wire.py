@@ -618,7 +618,7 @@ def _message_maker() -> _MessageMaker:
     ):
         return PubMessage
     set_id, set_payload, set_deps, set_op_deps, set_prev = (
-        PubMessage.__dict__[n].__set__ for n in names
+        vars(PubMessage)[n].__set__ for n in names
     )
     new = object.__new__
 
