@@ -242,7 +242,7 @@ class _Topic:
 
     subs_cache: tuple[int, ...] | None = None
     cube_cache: Hypercube | None = None
-    # Causal aggregation (see VCubePS._hold_or_send):
+    # Causal aggregation (see topics._aggregation, _Aggregation._aggregate):
     held: dict[int, dict[MsgId, _Held]] = field(default_factory=dict)
     waiting: dict[tuple[int, MsgId], list[_Held]] = field(default_factory=dict)
     # The newest round received from each source stream (the one that brought
