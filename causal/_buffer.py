@@ -25,6 +25,9 @@ Dep = tuple[int, int, int]
 
 _RETIRED = 1 << 62
 
+_MET_SLACK = 256
+"""How far ``CausalBuffer._met`` may outgrow twice the number of frontiers."""
+
 _Key = int | tuple[int, int]
 """A frontier's key: the stream alone for incarnation 0, else ``(stream, incarnation)``.
 
@@ -62,7 +65,10 @@ class CausalBuffer(Generic[T]):
     satisfied for good, so :meth:`add` answers a barrier made only of such
     ids with one C-level subset test (hashing the ids) instead of a frontier
     look-up per entry in Python.  It is only a shortcut: a dependency not in
-    ``_met`` is checked against the frontier as before.
+    ``_met`` is checked against the frontier as before, so ``_met`` may be
+    emptied at any time: :meth:`_trim` does so once it holds more than twice
+    as many ids as there are frontiers, plus :data:`_MET_SLACK`, which keeps
+    its memory O(streams), not O(messages), on a node that lives long.
     """
 
     __slots__ = ("_frontier", "_items", "_met", "_next", "_waiters")
@@ -93,21 +99,30 @@ class CausalBuffer(Generic[T]):
         """Hold ``item`` until its dependencies hold; ``True`` if they hold already.
 
         ``deps`` is iterated twice when some are not known delivered (a list or
-        tuple, not an iterator)."""
+        tuple, not an iterator).  The ``_met`` shortcut only runs once a
+        delivery was reported through :meth:`deliver` (a caller that names
+        publication ids, shared by the messages that depend on them); a caller
+        that never does (causal broadcast's fresh clock tuples) pays nothing."""
         met = self._met
-        if met.issuperset(deps):
-            return True  # the common case: every predecessor was delivered here
+        learn = bool(met)
+        pending: Collection[Dep] = deps
+        if learn:
+            if met.issuperset(deps):
+                return True  # the common case: every predecessor was delivered here
+            # Usually one or two entries are not met: test membership (C) first
+            # and look up the frontier only for those, in the barrier's order.
+            pending = [d for d in deps if d not in met]
         frontier = self._frontier
         missing: list[Dep] = []
-        # Usually one or two entries are not met: test membership (C) first and
-        # look up the frontier only for those, in the barrier's order.
-        for dep in [d for d in deps if d not in met]:
+        for dep in pending:
             stream, inc, need = dep
             got = frontier.get(stream if inc == 0 else (stream, inc))
             if got is None or got < need:
                 missing.append(dep)
-            elif stream >= 0:  # met without a delivery here (this node's own, or
-                met.add(dep)  # skipped): a publication id, shared, so no new object
+            elif learn and stream >= 0:  # met without a delivery here (this node's
+                met.add(dep)  # own, or skipped): a publication id, so no new object
+        if learn:
+            self._trim()
         if not missing:
             return True
         token = self._next
@@ -147,8 +162,17 @@ class CausalBuffer(Generic[T]):
     def deliver(self, mid: Dep) -> list[T]:
         """``mid`` was delivered: :meth:`advance` its stream to it, and remember it
         as met (the caller's ``mid`` object is kept, no new tuple)."""
-        self._met.add(mid)
+        met = self._met
+        met.add(mid)
+        if len(met) > 2 * len(self._frontier) + _MET_SLACK:  # _trim, inlined (per delivery)
+            met.clear()
         return self.advance(mid[0], mid[1], mid[2])
+
+    def _trim(self) -> None:
+        """Empty ``_met`` once it holds :data:`_MET_SLACK` more ids than twice the
+        frontiers: it refills with what new barriers name (recent ids)."""
+        if len(self._met) > 2 * len(self._frontier) + _MET_SLACK:
+            self._met.clear()
 
     def retire_below(self, stream: int, incarnation: int) -> list[T]:
         """Everything of ``stream`` in incarnations older than ``incarnation`` is settled

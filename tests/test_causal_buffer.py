@@ -80,3 +80,19 @@ def test_shortcuts_agree_with_the_frontiers() -> None:
             for t in released:
                 del held[t]
         assert sorted(buf.items()) == sorted(held)
+
+
+def test_met_ids_stay_bounded_by_the_frontiers() -> None:
+    """A long-lived node delivers without end: the shortcut's set is emptied
+    when it outgrows the frontiers, and answers stay right across that."""
+    buf: CausalBuffer[int] = CausalBuffer()
+    for seq in range(5000):
+        assert not buf.add(seq, [MsgId(1, 0, seq), MsgId(2, 0, seq)])
+        if seq:
+            assert buf.add(-seq, [MsgId(1, 0, seq - 1)])  # the previous one: met
+        assert buf.deliver(MsgId(1, 0, seq)) == []
+        assert buf.deliver(MsgId(2, 0, seq)) == [seq]
+        assert len(buf._met) <= 2 * 2 + 256 + 1  # two frontiers: O(streams), not O(messages)
+    assert buf.add(-1, [MsgId(1, 0, 10), MsgId(2, 0, 4999)])  # old and newest, both met
+    assert not buf.add(-2, [MsgId(2, 0, 5000)])
+    assert buf.items() == [-2]
