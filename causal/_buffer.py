@@ -15,7 +15,7 @@ again only when the frontier it waits on advances.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +24,9 @@ Dep = tuple[int, int, int]
 """``(stream, incarnation, need)``; a :class:`~causal.MsgId` is one."""
 
 _RETIRED = 1 << 62
+
+_MET_SLACK = 256
+"""How far ``CausalBuffer._met`` may outgrow twice the number of frontiers."""
 
 _Key = int | tuple[int, int]
 """A frontier's key: the stream alone for incarnation 0, else ``(stream, incarnation)``.
@@ -34,6 +37,11 @@ sources keeps N frontiers, and a nested dict cost ~230 bytes more each."""
 
 def _key(stream: int, incarnation: int) -> _Key:
     return stream if incarnation == 0 else (stream, incarnation)
+
+
+def _unkey(key: _Key) -> tuple[int, int]:
+    """``(stream, incarnation)`` of a frontier key (:func:`_key` reversed)."""
+    return (key, 0) if isinstance(key, int) else key
 
 
 def op_stream(node: int) -> int:
@@ -50,13 +58,26 @@ class CausalBuffer(Generic[T]):
     :meth:`add` without being stored.  Work per
     :meth:`advance` is proportional to the waiters it releases (plus a heap
     operation each), never to the size of the buffer.
+
+    ``_met`` holds dependencies known satisfied: the exact ids passed to
+    :meth:`deliver`, and the publication dependencies :meth:`add` found
+    satisfied by their frontier.  Since frontiers only grow, each stays
+    satisfied for good, so :meth:`add` answers a barrier made only of such
+    ids with one C-level subset test (hashing the ids) instead of a frontier
+    look-up per entry in Python.  It is only a shortcut: a dependency not in
+    ``_met`` is checked against the frontier as before, so ``_met`` may be
+    emptied at any time: :meth:`_trim` does so once it holds more than twice
+    as many ids as there are frontiers, plus :data:`_MET_SLACK`, which keeps
+    its memory O(streams), not O(messages), on a node that lives long.
     """
 
-    __slots__ = ("_frontier", "_items", "_next", "_waiters")
+    __slots__ = ("_frontier", "_items", "_met", "_next", "_waiters")
 
     def __init__(self) -> None:
         self._frontier: dict[_Key, int] = {}
-        self._waiters: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self._met: set[Dep] = set()
+        self._waiters: dict[_Key, list[tuple[int, int]]] = {}
+        """Per frontier key, the ``(need, token)`` of every held item waiting on it, a heap."""
         self._items: dict[int, list[object]] = {}  # token -> [item, missing]
         self._next = 0
 
@@ -69,36 +90,59 @@ class CausalBuffer(Generic[T]):
 
     def satisfied(self, dep: Dep) -> bool:
         """Whether ``dep`` holds now."""
+        if dep in self._met:
+            return True
         got = self._frontier.get(dep[0] if dep[1] == 0 else (dep[0], dep[1]))
         return got is not None and got >= dep[2]
 
-    def add(self, item: T, deps: Iterable[Dep]) -> bool:
-        """Hold ``item`` until its dependencies hold; ``True`` if they hold already."""
+    def add(self, item: T, deps: Collection[Dep]) -> bool:
+        """Hold ``item`` until its dependencies hold; ``True`` if they hold already.
+
+        ``deps`` is iterated twice when some are not known delivered (a list or
+        tuple, not an iterator).  The ``_met`` shortcut only runs once a
+        delivery was reported through :meth:`deliver` (a caller that names
+        publication ids, shared by the messages that depend on them); a caller
+        that never does (causal broadcast's fresh clock tuples) pays nothing."""
+        met = self._met
+        learn = bool(met)
+        pending: Collection[Dep] = deps
+        if learn:
+            if met.issuperset(deps):
+                return True  # the common case: every predecessor was delivered here
+            # Usually one or two entries are not met: test membership (C) first
+            # and look up the frontier only for those, in the barrier's order.
+            pending = [d for d in deps if d not in met]
         frontier = self._frontier
         missing: list[Dep] = []
-        for dep in deps:  # a barrier's length per call: unpack once, not index four times
+        for dep in pending:
             stream, inc, need = dep
             got = frontier.get(stream if inc == 0 else (stream, inc))
             if got is None or got < need:
                 missing.append(dep)
+            elif learn and stream >= 0:  # met without a delivery here (this node's
+                met.add(dep)  # own, or skipped): a publication id, so no new object
+        if learn:
+            self._trim()
         if not missing:
             return True
         token = self._next
         self._next += 1
         self._items[token] = [item, len(missing)]
+        waiters = self._waiters
         for stream, inc, need in missing:
-            heapq.heappush(self._waiters.setdefault((stream, inc), []), (need, token))
+            heapq.heappush(
+                waiters.setdefault(stream if inc == 0 else (stream, inc), []), (need, token)
+            )
         return False
 
     def advance(self, stream: int, incarnation: int, value: int) -> list[T]:
         """Raise the frontier of ``(stream, incarnation)`` to ``value``; return released items."""
-        fkey = _key(stream, incarnation)
+        fkey = stream if incarnation == 0 else (stream, incarnation)  # _key, inlined
         cur = self._frontier.get(fkey)
         if cur is not None and cur >= value:
             return []
         self._frontier[fkey] = value
-        key = (stream, incarnation)
-        heap = self._waiters.get(key)
+        heap = self._waiters.get(fkey)
         if heap is None:
             return []
         released: list[T] = []
@@ -112,14 +156,30 @@ class CausalBuffer(Generic[T]):
                 del self._items[token]
                 released.append(entry[0])  # type: ignore[arg-type]
         if not heap:
-            del self._waiters[key]
+            del self._waiters[fkey]
         return released
+
+    def deliver(self, mid: Dep) -> list[T]:
+        """``mid`` was delivered: :meth:`advance` its stream to it, and remember it
+        as met (the caller's ``mid`` object is kept, no new tuple)."""
+        met = self._met
+        met.add(mid)
+        if len(met) > 2 * len(self._frontier) + _MET_SLACK:  # _trim, inlined (per delivery)
+            met.clear()
+        return self.advance(mid[0], mid[1], mid[2])
+
+    def _trim(self) -> None:
+        """Empty ``_met`` once it holds :data:`_MET_SLACK` more ids than twice the
+        frontiers: it refills with what new barriers name (recent ids)."""
+        if len(self._met) > 2 * len(self._frontier) + _MET_SLACK:
+            self._met.clear()
 
     def retire_below(self, stream: int, incarnation: int) -> list[T]:
         """Everything of ``stream`` in incarnations older than ``incarnation`` is settled
         (a restarted node's older operations are superseded); release their waiters."""
         released: list[T] = []
-        for s, inc in [k for k in self._waiters if k[0] == stream and k[1] < incarnation]:
+        older = [k for k in map(_unkey, self._waiters) if k[0] == stream and k[1] < incarnation]
+        for s, inc in older:
             released.extend(self.advance(s, inc, _RETIRED))
         return released
 

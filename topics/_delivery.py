@@ -11,6 +11,8 @@ skipped publication waited for is waited for by what depends on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from causal import Dep, op_stream
 from topics._base import _CoreBase
 from topics._events import Delivered, Output, Received, Subscribed
@@ -160,7 +162,7 @@ class _Delivery(_CoreBase):
             return True
         return inc <= state.retired.get(src, -1)
 
-    def _live_deps(self, state: _Topic, msg: PubMessage) -> list[Dep]:
+    def _live_deps(self, state: _Topic, msg: PubMessage) -> Sequence[Dep]:
         """:func:`_deps` without what can never come: ops of crashed nodes (never
         learned, nor needed) and publications of retired streams (see :meth:`_confirm`).
 
@@ -171,6 +173,15 @@ class _Delivery(_CoreBase):
         one waited for (:meth:`_remember_skipped`), keeping causal order
         through it.
         """
+        if not (
+            msg.op_deps
+            or msg.prev >= 0
+            or state.skipped_past
+            or self._dead
+            or self.incarnation
+            or state.retired
+        ):
+            return msg.deps  # what _deps and the filters below would give, uncopied
         deps = _deps(msg)
         if state.skipped_past:
             past = state.skipped_past
@@ -213,14 +224,21 @@ class _Delivery(_CoreBase):
         self.pending_max = max(self.pending_max, held)
 
     def _release(self, state: _Topic, ready: list[PubMessage]) -> list[Output]:
-        """Deliver ``ready`` and everything their delivery unblocks (CHECKDELIVERY)."""
+        """Deliver ``ready`` and everything their delivery unblocks (CHECKDELIVERY).
+
+        First in, first out: ``work`` only grows, read by index (a ``pop(0)``
+        would shift it each time)."""
         out: list[Output] = []
         work = list(ready)
-        while work:
-            msg = work.pop(0)
-            state.barrier.delivered(msg.id, msg.deps, msg.op_deps)
-            out.append(Delivered(state.name, msg.id, msg.payload))
-            work.extend(state.buffer.advance(msg.id.source, msg.id.incarnation, msg.id.seq))
+        barrier, deliver, name = state.barrier, state.buffer.deliver, state.name
+        i = 0
+        while i < len(work):
+            msg = work[i]
+            i += 1
+            mid = msg.id
+            barrier.delivered(mid, msg.deps, msg.op_deps)
+            out.append(Delivered(name, mid, msg.payload))
+            work.extend(deliver(mid))
         return out
 
     def _op_learned(self, state: _Topic, entry: ViewEntry) -> list[Output]:

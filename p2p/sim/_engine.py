@@ -27,7 +27,15 @@ from p2p.machine import (
     NodeMachine,
 )
 from p2p.sim._delay import DelayModel
-from p2p.sim._frames import BroadcastCore, Frame, Part, join_frame, pack_frames, parts_of
+from p2p.sim._frames import (
+    BroadcastCore,
+    Frame,
+    Part,
+    join_frame,
+    pack_frames,
+    part_size,
+    parts_of,
+)
 from p2p.sim._links import LinkConfig, Links
 from p2p.sim._members import _Halt, _Membership
 from p2p.sim._queue import Entry, EventQueue
@@ -360,7 +368,7 @@ class Simulation:
         """Run one event popped from the queue (packet arrivals, the bulk, first)."""
         time, _, kind, item = entry
         self.now = time
-        if kind == self._ARRIVE:
+        if kind == 1:  # _ARRIVE, the bulk: a literal, not a class attribute look-up
             self._on_arrival(cast(_PacketItem, item))
         elif kind == self._ACTION:
             action, node, topic, payload = cast(_ActionItem, item)
@@ -401,6 +409,22 @@ class Simulation:
         sender's link at its crash instant (not fully transmitted) never left.
         """
         sender, dest, packet, life, sender_life = item
+        if not self._died and self._twins is None:  # a crash-free, twin-free run
+            if dest in self.down or life != self.incarnation[dest]:
+                self.lost += 1
+                if self._members is not None:
+                    self._members.refused(sender, dest, life)
+                return
+            # _arrive, inlined (the per-packet path)
+            clock = self.clocks[dest]
+            free, now = clock.cpu_free, self.now
+            done = (free if free > now else now) + self.delays.tpc
+            clock.cpu_free = done
+            if clock.deferred or (self._crashes and self._defers(dest, done)):
+                self._defer(done, dest, "arrive", (sender, dest, packet, done))
+            else:
+                self._receive(sender, dest, packet, done)
+            return
         died = self._died.get((sender, sender_life)) if self._died else None
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
@@ -468,7 +492,7 @@ class Simulation:
         paused = self.pause_gc and gc.isenabled()
         if paused:
             gc.disable()
-        pop, dispatch = self._heap.pop_until, self._dispatch
+        pop, dispatch, arrival = self._heap.pop_until, self._dispatch, self._on_arrival
         limit = float("inf") if max_events is None else max_events
         done = 0
         try:
@@ -476,7 +500,11 @@ class Simulation:
                 entry = pop(until)
                 if entry is None:
                     break
-                dispatch(entry)
+                if entry[2] == 1:  # _ARRIVE, the bulk: _dispatch's first branch, inlined
+                    self.now = entry[0]
+                    arrival(cast(_PacketItem, entry[3]))
+                else:
+                    dispatch(entry)
                 done += 1
         except _Halt:  # the detector's timers alone are left, and membership converged
             done += 1
@@ -545,9 +573,13 @@ class Simulation:
                 assert self._members is not None
                 self._members.restart_seen(dest, sender, done)
         core = self.nodes[dest]
-        out: list[Output] = []
-        for part in packet.parts:
-            out.extend(core.receive(sender, part, done))
+        parts = packet.parts
+        if len(parts) == 1:  # most link packets: the core's list as it is, no copy
+            out = core.receive(sender, parts[0], done)
+        else:
+            out = []
+            for part in parts:
+                out.extend(core.receive(sender, part, done))
         self.recorder.pending_max[dest] = core.pending_max
         self._emit(dest, done, done, out)
 
@@ -651,7 +683,9 @@ class Simulation:
         """Record events at ``at``; queue the packets from ``ready`` on."""
         rec = self.recorder
         clock = self.clocks[node]
-        clock.committed = max(clock.committed, at)
+        if at > clock.committed:
+            clock.committed = at
+        listeners = self.listeners
         sends: list[Send] = []
         for o in outputs:
             if isinstance(o, Send):
@@ -671,8 +705,9 @@ class Simulation:
                 rec.dropped(at, node, o.topic, o.count, o.reason)
             elif isinstance(o, Held):
                 rec.held(at, node, o.child, o.ids)
-            for listener in self.listeners:
-                listener(self, node, at, o)
+            if listeners:
+                for listener in listeners:
+                    listener(self, node, at, o)
         if sends:
             self._ship(node, ready, sends)
 
@@ -704,11 +739,21 @@ class Simulation:
             return
         by_dest: dict[int, list[Part]] = {}
         for send in sends:
-            by_dest.setdefault(send.dest, []).extend(parts_of(send.packet))
+            got = by_dest.get(send.dest)
+            if got is None:
+                by_dest[send.dest] = parts_of(send.packet)  # a fresh list, ours to extend
+            else:
+                got.extend(parts_of(send.packet))
+        last_frame, header = self._last_frame, limits.header
         for dst, parts in by_dest.items():
-            last = self._last_frame.get((src, dst))
+            last = last_frame.get((src, dst))
             if last is not None and last.start > ready:
                 parts = join_frame(last, parts, limits)
+                if not parts:
+                    continue
+            if len(parts) == 1:  # pack_frames' answer for one part, without its loop
+                self._transmit(src, dst, Frame(parts, header, part_size(parts[0])), ready)
+                continue
             for frame in pack_frames(parts, limits):
                 self._transmit(src, dst, frame, ready)
 
@@ -724,8 +769,11 @@ class Simulation:
             return
         if self._twins is not None and self._twins.divert(src, dst, packet, ready):
             return  # to the older process of an id started twice
-        item = (src, dst, packet, self.incarnation[dst], self.incarnation[src])
-        self._push(self._wire(src, dst, packet, ready), self._ARRIVE, item)
+        life = self.incarnation
+        item = (src, dst, packet, life[dst], life[src])
+        # _push, inlined (once per link packet)
+        self._heap.push((self._wire(src, dst, packet, ready), self._seq, 1, item))
+        self._seq += 1
 
     def _wire(self, src: int, dst: int, packet: Frame, ready: float) -> float:
         """Queue ``packet`` on ``src``'s link; returns when it would arrive."""
@@ -733,8 +781,9 @@ class Simulation:
         q = clock.in_queue
         while q and q[0] <= ready:
             q.popleft()
-        packet.start = max(ready, clock.link_free)
-        depart = packet.start + self.delays.tt
+        free = clock.link_free
+        packet.start = start = ready if ready >= free else free  # max(), without the call
+        depart = start + self.delays.tt
         clock.link_free = depart
         q.append(depart)
         if self.link_delay is not None:
