@@ -45,7 +45,7 @@ test-fast: lint
 
 ## compiled: the optional mypyc build of the cores, in place (needs a C compiler; `make pure` undoes it)
 compiled: $(STAMP)
-	$(BIN)/mypyc $$($(BIN)/python -m p2p._build --sources) >$(VENV)/mypyc.log 2>&1 || \
+	$(BIN)/python -m p2p._build --compile >$(VENV)/mypyc.log 2>&1 || \
 		{ tail -20 $(VENV)/mypyc.log; exit 1; }
 	test "$$($(BIN)/python -m p2p._build)" = mypyc
 
@@ -53,7 +53,7 @@ compiled: $(STAMP)
 pure:
 	rm -rf build
 	find causal topics vcube p2p -name "*.so" -delete
-	rm -f *__mypyc.*.so
+	rm -f *__mypyc.*.so  # where mypyc's single-library mode put its runtime
 	test "$$($(BIN)/python -m p2p._build)" = pure
 
 ## test-compiled: the core, simulator and property tests on the compiled build (CI runs both builds)

@@ -1,8 +1,12 @@
 """Which build of the cores is running: pure Python, or compiled with mypyc.
 
-The compiled build is optional (``make compiled``; needs a C compiler and the
-``dev`` extra's mypy): the same modules, compiled in place to extension
-modules, which Python imports instead of the ``.py`` beside them.  A pure
+The compiled build is optional (``make compiled``, which runs ``python -m
+p2p._build --compile``; needs a C compiler and the ``dev`` extra's mypy): the
+same modules, compiled in place to extension modules, which Python imports
+instead of the ``.py`` beside them.  Each module is its own extension with its
+own runtime library beside it (mypyc's ``separate`` mode), so the build loads
+from any working directory: one shared library would sit at the checkout's
+root, outside every package, where only a process started there finds it.  A pure
 install (a Raspberry Pi without a compiler) runs the same code unchanged.
 ``make pure`` removes the extensions again.  Benchmarks record
 :func:`build_kind` with their numbers.
@@ -11,11 +15,12 @@ Invariant: :data:`COMPILED_MODULES` is the one list of what ``make compiled``
 compiles; :func:`build_kind` reports ``mixed`` when only some of them are
 extensions (a stale build after ``git pull``: rebuild or ``make pure``).
 
-Run ``python -m p2p._build --sources`` for the source files of the list.
+``python -m p2p._build --sources`` prints the source files of the list.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -81,8 +86,29 @@ def sources() -> list[str]:
     return [m.replace(".", "/") + ".py" for m in COMPILED_MODULES]
 
 
+def compile_in_place() -> int:
+    """Compile :data:`COMPILED_MODULES` next to their sources (``build_ext --inplace``)."""
+    try:
+        from mypyc.build import mypycify
+
+        # setuptools ships no type stubs: looked up by name, typed as Any.
+        setup = importlib.import_module("setuptools").setup
+    except ImportError as exc:
+        print(f"the compiled build needs the dev extra (mypy, setuptools): {exc}", file=sys.stderr)
+        return 1
+    setup(
+        name="vcube-ps-compiled",
+        script_args=["build_ext", "--inplace"],
+        ext_modules=mypycify([str(_ROOT / s) for s in sources()], separate=True),
+    )
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """``--sources``: print the files to compile; otherwise the build kind."""
+    """``--sources``: print the files to compile; ``--compile``: compile them in
+    place (run from the checkout's root); otherwise print the build kind."""
+    if argv == ["--compile"]:
+        return compile_in_place()
     if argv == ["--sources"]:
         missing = [s for s in sources() if not (_ROOT / s).is_file()]
         if missing:
@@ -91,7 +117,7 @@ def main(argv: list[str]) -> int:
         print(" ".join(sources()))
         return 0
     if argv:
-        print("usage: python -m p2p._build [--sources]", file=sys.stderr)
+        print("usage: python -m p2p._build [--sources | --compile]", file=sys.stderr)
         return 2
     print(build_kind())
     return 0

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import p2p
 import p2p._build as build
 
 
@@ -36,3 +40,24 @@ def test_the_list_names_existing_sources(capsys: pytest.CaptureFixture[str]) -> 
     assert files == build.sources()
     assert "topics/_core.py" in files
     assert build.main(["--bogus"]) == 2
+
+
+def test_the_cli_names_the_build(capsys: pytest.CaptureFixture[str]) -> None:
+    from p2p.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"p2p {p2p.__version__} ({build.build_kind()} build)"
+
+
+def test_the_build_loads_from_any_working_directory(tmp_path: Path) -> None:
+    """A console script starts with its own directory on ``sys.path``, not the
+    checkout: every compiled module, and mypyc's runtime for it, must load
+    from there (a single shared library at the checkout's root did not)."""
+    code = "import topics._core, causal._buffer, p2p._wire, p2p._build as b; print(b.build_kind())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == build.build_kind()

@@ -66,6 +66,24 @@ def _refuse_old_seed(args: argparse.Namespace) -> None:
         )
 
 
+class _Version(argparse.Action):
+    """``--version``: the package version and which build of the cores loads
+    (``p2p._build``: ``pure``, ``mypyc``, or ``mixed`` for a stale partial build)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from p2p import __version__
+        from p2p._build import build_kind
+
+        print(f"p2p {__version__} ({build_kind()} build)")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="p2p", description="VCube-PS peer-to-peer pub/sub")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_telemetry_parser(sub)
     add_check_parser(sub)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="print the version and the build (pure or mypyc)",
+    )
     _debug_everywhere(parser)
     return parser
 
