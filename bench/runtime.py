@@ -888,15 +888,10 @@ def use_bytecode_cache(cache: Path) -> None:
 def build_kind() -> dict[str, Any]:
     """Which build of the library runs (``p2p._build``: ``pure``, ``mypyc`` or
     ``mixed``), and the file each compiled-build module loads from."""
-    import importlib.util
-
     from p2p import _build
 
-    files = {}
-    for name in _build.COMPILED_MODULES:
-        spec = importlib.util.find_spec(name)
-        files[name] = None if spec is None else spec.origin
-    return {"kind": _build.build_kind(), "modules": files}
+    files = _build.origins()
+    return {"kind": _build.build_kind(files), "modules": files}
 
 
 # ----------------------------------------------------------------- the run

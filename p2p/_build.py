@@ -14,8 +14,6 @@ install (a Raspberry Pi without a compiler) runs the same code unchanged.
 Invariant: :data:`COMPILED_MODULES` is the one list of what ``make compiled``
 compiles; :func:`build_kind` reports ``mixed`` when only some of them are
 extensions (a stale build after ``git pull``: rebuild or ``make pure``).
-
-``python -m p2p._build --sources`` prints the source files of the list.
 """
 
 from __future__ import annotations
@@ -62,21 +60,24 @@ test harnesses, off the hot paths)."""
 _ROOT = Path(__file__).resolve().parent.parent
 
 
-def _is_extension(module: str) -> bool | None:
-    """Whether ``module`` loads from an extension module (``None``: not found)."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        return None
-    return spec.origin.endswith(tuple(EXTENSION_SUFFIXES))
+def origins() -> dict[str, str | None]:
+    """The file each module of :data:`COMPILED_MODULES` loads from (``None``: not found)."""
+    out: dict[str, str | None] = {}
+    for module in COMPILED_MODULES:
+        spec = importlib.util.find_spec(module)
+        out[module] = None if spec is None else spec.origin
+    return out
 
 
-def build_kind() -> str:
+def build_kind(files: dict[str, str | None] | None = None) -> str:
     """``"mypyc"`` if every module of :data:`COMPILED_MODULES` loads compiled,
-    ``"pure"`` if none does, ``"mixed"`` otherwise (a stale partial build)."""
-    kinds = {_is_extension(m) for m in COMPILED_MODULES}
-    if kinds == {True}:
+    ``"pure"`` if none does, ``"mixed"`` otherwise (a stale partial build).
+    ``files``: their :func:`origins`, if the caller has them already."""
+    found = origins() if files is None else files
+    compiled = {f.endswith(tuple(EXTENSION_SUFFIXES)) for f in found.values() if f is not None}
+    if compiled == {True} and None not in found.values():
         return "mypyc"
-    if kinds <= {False, None}:
+    if True not in compiled:
         return "pure"
     return "mixed"
 
@@ -105,19 +106,12 @@ def compile_in_place() -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``--sources``: print the files to compile; ``--compile``: compile them in
-    place (run from the checkout's root); otherwise print the build kind."""
+    """``--compile``: compile :data:`COMPILED_MODULES` in place (run from the
+    checkout's root); otherwise print the build kind."""
     if argv == ["--compile"]:
         return compile_in_place()
-    if argv == ["--sources"]:
-        missing = [s for s in sources() if not (_ROOT / s).is_file()]
-        if missing:
-            print(f"not found: {' '.join(missing)}", file=sys.stderr)
-            return 1
-        print(" ".join(sources()))
-        return 0
     if argv:
-        print("usage: python -m p2p._build [--sources | --compile]", file=sys.stderr)
+        print("usage: python -m p2p._build [--compile]", file=sys.stderr)
         return 2
     print(build_kind())
     return 0

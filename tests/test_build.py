@@ -12,6 +12,8 @@ import pytest
 import p2p
 import p2p._build as build
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def test_the_build_running_is_the_one_expected() -> None:
     """``make test-compiled`` sets ``P2P_EXPECT_BUILD=mypyc``: its tests must run
@@ -24,22 +26,26 @@ def test_the_build_running_is_the_one_expected() -> None:
         assert kind in ("pure", "mypyc")
 
 
-def test_a_partial_build_is_reported_as_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_partial_build_is_reported_as_mixed() -> None:
     first = build.COMPILED_MODULES[0]
-    monkeypatch.setattr(build, "_is_extension", lambda m: m == first)
-    assert build.build_kind() == "mixed"
-    monkeypatch.setattr(build, "_is_extension", lambda m: True)
-    assert build.build_kind() == "mypyc"
-    monkeypatch.setattr(build, "_is_extension", lambda m: None if m == first else False)
-    assert build.build_kind() == "pure"
+
+    def files(ext: str, first_ext: str | None) -> dict[str, str | None]:
+        return {m: first_ext if m == first else f"/x/{m}{ext}" for m in build.COMPILED_MODULES}
+
+    so = ".cpython-311-x86_64-linux-gnu.so"
+    assert build.build_kind(files(".py", "/x/first" + so)) == "mixed"
+    assert build.build_kind(files(so, "/x/first" + so)) == "mypyc"
+    assert build.build_kind(files(".py", None)) == "pure"
+    assert build.build_kind(files(so, None)) == "mixed"  # one module not found
 
 
 def test_the_list_names_existing_sources(capsys: pytest.CaptureFixture[str]) -> None:
-    assert build.main(["--sources"]) == 0
-    files = capsys.readouterr().out.split()
-    assert files == build.sources()
+    files = build.sources()
+    assert all((ROOT / f).is_file() for f in files), files
     assert "topics/_core.py" in files
+    assert set(build.origins()) == set(build.COMPILED_MODULES)
     assert build.main(["--bogus"]) == 2
+    assert "usage" in capsys.readouterr().err
 
 
 def test_the_cli_names_the_build(capsys: pytest.CaptureFixture[str]) -> None:
