@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from p2p.cli import main
 
@@ -98,3 +100,16 @@ def assert_one_error_line(
         assert fragment in lines[0], lines[0]
     assert result.returncode == code, (result.returncode, result.stderr)
     return lines[0]
+
+
+def sim_lines(
+    tmp_path: Path, lines: list[str], nodes: int, name: str = "s"
+) -> tuple[dict[str, Any], Path]:
+    """``p2p sim`` (in-process) on scenario ``lines`` with ``--metrics`` and
+    ``--trace``: the metrics document and the trace's path (exit 0 asserted)."""
+    scenario = tmp_path / f"{name}.txt"
+    scenario.write_text("\n".join(lines) + "\n")
+    metrics, trace = tmp_path / f"{name}.json", tmp_path / f"{name}.jsonl"
+    args = ["sim", str(scenario), "--nodes", str(nodes), "--metrics", str(metrics)]
+    assert main([*args, "--trace", str(trace)]) == 0
+    return json.loads(metrics.read_text()), trace

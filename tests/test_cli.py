@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import sim_lines
 
 from p2p.cli import main
 
@@ -137,11 +138,8 @@ def test_sim_reports_what_resets_and_second_starts_did(
         None: (subs + "600.5;PUB;0;t;a\n", None, 0),
     }
     for key, (text, counter, expected) in cases.items():
-        scen, metrics = tmp_path / f"{key}.txt", tmp_path / f"{key}.json"
-        scen.write_text(text)
-        assert main(["sim", str(scen), "--nodes", "3", "--metrics", str(metrics)]) == 0
+        doc, _ = sim_lines(tmp_path, text.splitlines(), 3, name=str(key))
         out = capsys.readouterr().out
-        doc = json.loads(metrics.read_text())
         for other in ("links", "twins"):
             assert (other in doc) == (other == key), (key, sorted(doc))
             assert (f"{other}: " in out) == (other == key), out

@@ -14,10 +14,10 @@ exactly-once, validity and agreement.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 import pytest
+from _cli import sim_lines
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from strategies import populations, raw_steps
@@ -137,12 +137,7 @@ def test_p2p_sim_takes_reset_lines(tmp_path, capsys) -> None:  # type: ignore[no
     lines += [f"{1000 + 2 * k};PUB;0;news;m{k}" for k in range(300)]
     lines += [f"{1050 + 100 * k};RESET;0;{1 + k % 3}" for k in range(6)]
     lines += [f"{1100 + 100 * k};RESET;*;0" for k in range(3)]
-    scenario = tmp_path / "s.txt"
-    scenario.write_text("\n".join(lines) + "\n")
-    metrics, trace = tmp_path / "m.json", tmp_path / "t.jsonl"
-    args = ["sim", str(scenario), "--nodes", "4", "--metrics", str(metrics), "--trace", str(trace)]
-    assert main(args) == 0
-    doc = json.loads(metrics.read_text())
+    doc, trace = sim_lines(tmp_path, lines, 4)
     assert doc["deliveries"] == 300 * 4
     assert doc["membership"]["false_suspicions"] == 0
     assert main(["check", str(trace)]) == 0

@@ -15,9 +15,8 @@ started twice keep every guarantee.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from _cli import sim_lines
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from strategies import populations, raw_steps
@@ -147,12 +146,7 @@ def test_a_second_twin_while_the_first_runs_or_of_a_crashed_node_is_refused() ->
 def test_p2p_sim_takes_twin_lines(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     lines = ["0;SUB;*;news", "3000;TWIN;2", "3000;SUB;2;news"]
     lines += [f"{1000 + 50 * k};PUB;{k % 4};news;m{k}" for k in range(100)]
-    scenario = tmp_path / "s.txt"
-    scenario.write_text("\n".join(lines) + "\n")
-    metrics, trace = tmp_path / "m.json", tmp_path / "t.jsonl"
-    args = ["sim", str(scenario), "--nodes", "4", "--metrics", str(metrics), "--trace", str(trace)]
-    assert main(args) == 0
-    doc = json.loads(metrics.read_text())
+    doc, trace = sim_lines(tmp_path, lines, 4)
     assert doc["membership"]["converged"] is True
     assert doc["membership"]["reincarnations"] == 0
     assert main(["check", str(trace)]) == 0
