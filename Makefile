@@ -53,7 +53,6 @@ compiled: $(STAMP)
 pure:
 	rm -rf build
 	find causal topics vcube p2p -name "*.so" -delete
-	rm -f *__mypyc.*.so  # where mypyc's single-library mode put its runtime
 	test "$$($(BIN)/python -m p2p._build)" = pure
 
 ## test-compiled: the core, simulator and property tests on the compiled build (CI runs both builds)
