@@ -835,6 +835,79 @@ def test_a_frontier_counts_while_the_subscription_waits_for_announces() -> None:
     _replay(Simulation(ids, seed=0, detector=FAST, introductions=intro), script)
 
 
+# A lonely subscription that skipped a publication it never received cannot
+# tell a later arrival in that publication's causal past from one that is
+# not; from then on it delivers only what follows its own op (owed, so never
+# skipped unseen: ``VCubePS._follows_op``).  Both failed before (causal order).
+
+
+def test_a_blind_newcomer_leaves_a_dead_sources_relay_that_predates_it() -> None:
+    """Verify profile, seed 20438 (eight nodes): node 1, back and subscribed
+    knowing nobody, skipped node 3's (3, 1) unseen under node 3's announce
+    bound, delivered (3, 2), then node 2's (2, 1), relayed after node 2's
+    crash, which (3, 1) follows."""
+    ids = [
+        0, 11400714819323198485, 4354685564936845354, 15755400384260043839,
+        8709371129873690708, 1663341875487337577, 94, 11705033728,
+    ]  # fmt: skip
+    script = _lines(
+        " ".join(f"0;{a};0;t" for a in ["SUB", "UNS"] * 15)
+        + " 0;SUB;0;t 0;PUB;0;t 0;SUB;3;t 0;SUB;2;t 1373.4;PUB;0;t 1674.2;UNS;0;t "
+        "1816;CRASH;1 3159;PUB;2;t 3383;PUB;3;t 3701;RECOVER;1 3951;SUB;1;t "
+        "4459;PUB;3;t 4702;CRASH;2",
+        ids,
+    )
+    intro = {ids[k]: [0] for k in range(1, 8)}
+    intro[0] = [0, ids[3]]
+    _replay(Simulation(ids, seed=20438, detector=FAST, introductions=intro), script)
+
+
+def test_a_blind_newcomer_does_not_start_a_stream_at_a_relay_from_before_its_life() -> None:
+    """Verify profile, seed 21594193 (eight nodes): node 2, back at 4689 and
+    subscribed knowing nobody, skipped node 6's (6, 1..3) unseen under node
+    6's announce bound and delivered (6, 4); then node 7's (7, 2), published
+    at 2937 and relayed after node 7's crash, was taken for the first owed
+    publication of its stream (``_start_stream_at``) and delivered, though
+    (6, 4) follows it through the skipped (6, 3)."""
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;1 "
+        "0;SUB;2;t 0;SUB;3;t 0;SUB;4;t 0;PUB;2;t 0;SUB;7;t 0;SUB;6;t 1.9;RECOVER;1 "
+        "147;UNS;0;t 288.3;SUB;1;t 331.1;PUB;6;t 715;PUB;4;t 844.1;SUB;0;t 977;UNS;0;t "
+        "1255.2;PUB;1;t 1428.2;SUB;5;t 1702.7;PUB;7;t 1765.1;UNS;6;t 1908.2;PUB;2;t "
+        "2274.3;SUB;0;t 2591.1;SUB;6;t 2936.8;PUB;7;t 3068.5;CRASH;2 3222.5;CRASH;3 "
+        "3600;PUB;5;t 4128.1;UNS;0;t 4483;CRASH;7 4583;SUB;0;t 4689;RECOVER;2 "
+        "4689;SUB;2;t 5032;PUB;6;t 6000;UNS;0;t"
+    )
+    intro: dict[int, list[int]] = {k: [0] for k in range(1, 8)}
+    intro[0] = [0, 4]
+    intro[1].append(6)
+    intro[4].append(6)
+    _replay(Simulation(list(range(8)), seed=21594193, detector=FAST, introductions=intro), script)
+
+
+def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None:
+    """Verify profile, seed 0 (ten nodes; liveness): node 4 subscribes knowing
+    nobody; node 8's (8, 1) names node 4's op and reaches it, held for node
+    7's (7, 1).  Node 9 never got (8, 1) (a gap) and its frontier for node 4
+    stops at (8, 2), covering the gap: node 4 dropped the held (8, 1) as
+    skipped and never delivered it.  A frontier covers the member's gaps, so
+    it now stops below a held publication that provably follows the op."""
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;1 0;SUB;2;t 0;SUB;5;t 0;UNS;0;t 0;SUB;0;t "
+        "0;SUB;8;t 0;UNS;0;t 0;SUB;4;t 0;SUB;3;t 0;SUB;9;t 0;CRASH;6 0;SUB;0;t 0;UNS;0;t "
+        "0;SUB;7;t 0;SUB;0;t 0;UNS;4;t 0.5;SUB;4;t 230.1;UNS;0;t 230.1;PUB;7;t "
+        "407.3;SUB;0;t 761.6;UNS;0;t 1342.8;CRASH;9 1432;SUB;0;t 1482;RECOVER;6 "
+        "1509.2;UNS;0;t 1519.3;UNS;3;t 1705;RECOVER;1 1940.7;RECOVER;9 2110.2;UNS;2;t "
+        "2110.2;PUB;4;t 2130.8;SUB;6;t 2515;SUB;0;t 2712.3;UNS;5;t 2764.7;UNS;0;t "
+        "3067.7;PUB;8;t 3093;SUB;0;t 3657.9;SUB;9;t 3731.7;PUB;8;t 3984.4;UNS;0;t "
+        "5052;SUB;0;t 5436.4;UNS;0;t 5447.3;SUB;0;t 5800.4;UNS;0;t"
+    )
+    hints = [(610.686054843464, 7, 0), (1212.367903171228, 0, 5), (1316.2542292767816, 4, 2)]
+    intro = {1: [0, 9], 2: [0, 5], 3: [0, 8, 9], 4: [0, 3], 5: [0, 8], 6: [0], 7: [0], 8: [0, 6]}
+    intro.update({0: [0], 9: [0]})
+    _replay(Simulation(list(range(10)), seed=0, detector=FAST, introductions=intro), script, hints)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

@@ -261,10 +261,13 @@ class _Announcing(_Aggregation):
         74), and frontiers are not needed there.
 
         A publication the frontier covers that is held here is dropped, as
-        skipped (none of it is owed): kept, it would wait for its past while
-        what follows it in other streams, skipped unseen past the same cut,
-        let their successors go first (found: a held relay of a dead source's
-        last round, delivered after a publication that follows it).  Where
+        skipped: kept, it would wait for its past while what follows it in
+        other streams, skipped unseen past the same cut, let their successors
+        go first (found: a held relay of a dead source's last round,
+        delivered after a publication that follows it).  Except one that
+        provably follows this subscription's op: it is owed, and the cut
+        stops below it (:meth:`_held_followers`; found: the verify profile's
+        seed 0 with ten nodes, where it was never delivered).  Where
         the member's frontier stopped at a gap, ``beyond`` is taken instead if
         this node received nothing of the stream below it (see
         :meth:`_sync_frontier`)."""
@@ -275,11 +278,14 @@ class _Announcing(_Aggregation):
                 if got is None or got >= predates.get(stream, end):
                     predates[stream] = max(end, predates.get(stream, 0))
         bounds, inferred = state.bounds, state.inferred
-        cut = {
-            stream: first for stream, first in predates.items()
-            if (stream not in bounds or stream in inferred)
-            and first > bounds.get(stream, state.predates.get(stream, 0))
-        }  # fmt: skip
+        owed = self._held_followers(state)
+        cut: dict[tuple[int, int], int] = {}
+        for stream, end in predates.items():
+            first = min(end, owed.get(stream, end))
+            if (stream not in bounds or stream in inferred) and first > bounds.get(
+                stream, state.predates.get(stream, 0)
+            ):
+                cut[stream] = first
         if not cut:
             return []
         for stream, first in cut.items():
@@ -296,6 +302,22 @@ class _Announcing(_Aggregation):
         for (node, inc), first in cut.items():
             ready.extend(state.buffer.advance(node, inc, first - 1))
         return self._release(state, ready)
+
+    def _held_followers(self, state: _Topic) -> dict[tuple[int, int], int]:
+        """Per stream, the oldest publication held here that provably follows
+        this subscription's op (it names the op, or a publication delivered
+        here that follows it: :meth:`_follows_op`): owed, so a frontier stops
+        below it.  A member's frontier covers the gaps in its own reception
+        (:meth:`_sync_frontier`), and an owed publication can be in one: it
+        is at the newcomer then, and must not be dropped as skipped (held, or
+        received before the subscription was confirmed)."""
+        found: dict[tuple[int, int], int] = {}
+        for msg in [*state.buffer.items(), *state.early]:
+            first = state.follows.get(_stream_key(msg.id.source, msg.id.incarnation))
+            if (first is not None and msg.prev >= first) or self._names_follower(state, msg):
+                stream = (msg.id.source, msg.id.incarnation)
+                found[stream] = min(found.get(stream, msg.id.seq), msg.id.seq)
+        return found
 
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
         """An announce sent for :meth:`_unreached` came back: its bound counts as a

@@ -49,7 +49,7 @@ from topics._errors import AlreadySubscribedError, LocalProtocolError, NotSubscr
 from topics._events import Delivered, Dropped, Output, Published
 from topics._messages import PubMessage
 from topics._receive import _Receive
-from topics._state import PresetView, preset_view
+from topics._state import PresetView, _stream_key, preset_view
 
 
 class VCubePS(_Receive):
@@ -72,6 +72,8 @@ class VCubePS(_Receive):
         state.bounds = {(self.id, self.incarnation): op.rc}
         state.predates, state.inferred = {}, set()
         state.lonely = False  # known when its SUB round starts (_round_for)
+        state.sub_rc, state.blind, state.seen = op.rc, False, {}
+        state.follows = {_stream_key(self.id, self.incarnation): op.rc}
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []

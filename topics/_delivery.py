@@ -17,7 +17,7 @@ from causal import Dep, op_stream
 from topics._base import _CoreBase
 from topics._events import Delivered, Output, Received, Subscribed
 from topics._messages import PubMessage, ViewEntry
-from topics._state import SKIPPED_PAST, _Topic
+from topics._state import SKIPPED_PAST, _stream_key, _Topic
 
 
 def _deps(msg: PubMessage) -> list[Dep]:
@@ -33,6 +33,25 @@ def _deps(msg: PubMessage) -> list[Dep]:
     if msg.prev >= 0:
         deps.append((msg.id.source, msg.id.incarnation, msg.prev))
     return deps
+
+
+def _predates(state: _Topic, src: int, inc: int, seq: int) -> bool:
+    """Whether publication ``(src, inc, seq)`` predates ``state``'s subscription
+    (a bound, a ``predates`` without a bound, or a retired stream)."""
+    bound = state.bounds.get((src, inc)) if state.bounds else None
+    if bound is not None:
+        return seq < bound
+    if state.predates and seq < state.predates.get((src, inc), 0):
+        return True
+    return inc <= state.retired.get(src, -1)
+
+
+def _note_seen(state: _Topic, msg: PubMessage) -> None:
+    """``msg`` came to ``state``'s subscription: keep ``state.seen`` the oldest of its stream."""
+    key = _stream_key(msg.id.source, msg.id.incarnation)
+    first = state.seen.get(key)
+    if first is None or msg.id.seq < first:
+        state.seen[key] = msg.id.seq
 
 
 class _Delivery(_CoreBase):
@@ -74,6 +93,9 @@ class _Delivery(_CoreBase):
         for entry in state.view.values():
             out.extend(self._op_learned(state, entry))
         early, state.early = state.early, []
+        if state.lonely:  # all of them came: none is an unseen skip (_unseen_skip)
+            for msg in early:
+                _note_seen(state, msg)
         for msg in early:  # first, so that what depends on them, in any order, waits
             if self._skipped(state, msg):
                 self._remember_skipped(state, msg)
@@ -120,6 +142,8 @@ class _Delivery(_CoreBase):
 
     def _consider(self, state: _Topic, msg: PubMessage) -> list[Output]:
         """Deliver ``msg`` now, hold it back, or skip it as older than the subscription."""
+        if state.lonely:
+            _note_seen(state, msg)
         if self._skipped(state, msg):
             self._remember_skipped(state, msg)
             return []  # not post-subscription: never delivered here, never waited for
@@ -149,18 +173,31 @@ class _Delivery(_CoreBase):
         stream = (first.id.source, first.id.incarnation)
         state.bounds[stream] = first.id.seq
         state.inferred.add(stream)
+        state.blind = state.blind or state.lonely  # its predecessor: skipped unseen
         return state.buffer.advance(first.id.source, first.id.incarnation, first.prev)
 
     @staticmethod
     def _skipped(state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg`` predates this subscription: never delivered, never waited for."""
-        src, inc = msg.id.source, msg.id.incarnation
-        bound = state.bounds.get((src, inc)) if state.bounds else None
-        if bound is not None:
-            return msg.id.seq < bound
-        if state.predates and msg.id.seq < state.predates.get((src, inc), 0):
-            return True
-        return inc <= state.retired.get(src, -1)
+        return _predates(state, msg.id.source, msg.id.incarnation, msg.id.seq)
+
+    @staticmethod
+    def _unseen_skip(state: _Topic, msg: PubMessage) -> bool:
+        """Whether a publication ``msg`` names directly (or its predecessor in
+        its stream) is skipped here (:meth:`_skipped`) without having come
+        here in this subscription (``state.seen``): its causal past is
+        unknown here, so a lonely subscription turns ``blind`` (:meth:`_follows_op`)."""
+        seen, last_rx = state.seen, state.last_rx
+        deps = [(d.source, d.incarnation, d.seq) for d in msg.deps]
+        if msg.prev >= 0:
+            deps.append((msg.id.source, msg.id.incarnation, msg.prev))
+        for src, inc, seq in deps:
+            key = _stream_key(src, inc)
+            first = seen.get(key)
+            unseen = first is None or seq < first or seq > last_rx.get(key, -1)
+            if unseen and _predates(state, src, inc, seq):
+                return True
+        return False
 
     def _live_deps(self, state: _Topic, msg: PubMessage) -> Sequence[Dep]:
         """:func:`_deps` without what can never come: ops of crashed nodes (never
@@ -197,6 +234,9 @@ class _Delivery(_CoreBase):
         key = (msg.id.source, msg.id.incarnation, msg.id.seq)
         if key in past:  # noted already (_confirm notes the early ones first)
             return
+        if state.lonely:
+            _note_seen(state, msg)
+            state.blind = state.blind or self._unseen_skip(state, msg)
         # Only what is still missing: the notes stay as small as the gaps.
         deps = self._live_deps(state, msg)
         waits = dict.fromkeys(d for d in deps if not state.buffer.satisfied(d))
@@ -231,15 +271,63 @@ class _Delivery(_CoreBase):
         out: list[Output] = []
         work = list(ready)
         barrier, deliver, name = state.barrier, state.buffer.deliver, state.name
+        lonely = state.lonely
         i = 0
         while i < len(work):
             msg = work[i]
             i += 1
             mid = msg.id
+            if lonely:
+                state.blind = state.blind or self._unseen_skip(state, msg)
+                if not self._follows_op(state, msg) and state.blind:
+                    work.extend(deliver(mid))  # settled, not delivered: not owed here
+                    continue
             barrier.delivered(mid, msg.deps, msg.op_deps)
             out.append(Delivered(name, mid, msg.payload))
             work.extend(deliver(mid))
         return out
+
+    def _follows_op(self, state: _Topic, msg: PubMessage) -> bool:
+        """Whether ``msg``, whose predecessors are all settled here, causally
+        follows this (lonely) subscription's op: it names the op (or a later
+        one of this node's life), or a publication delivered here that does
+        (``state.follows``, per stream the first; FIFO makes later ones follow).
+
+        Why a ``blind`` subscription delivers only those.  A lonely
+        subscription's members learn of it one by one, so a publication is
+        owed to it only if its source knew the op; the source's barrier then
+        led to the op, so an owed publication follows it, and so does
+        everything after it.  One that does not follow the op is owed
+        nowhere here, and may lie in the causal past of a publication this
+        node skipped unseen (whose past is unknown here, :meth:`_unseen_skip`):
+        delivered after a successor of that one, it would break causal order
+        (docs/failures.md, seeds 20438 and 21594193).  Causal order holds
+        for what is delivered after the first unseen skip: a chain from a
+        publication that follows the op runs through publications that
+        follow it too, all owed, so none skipped unseen (a bound or frontier
+        covers nothing owed); before that skip, a skip is of a publication
+        seen here, whose missing past successors wait for
+        (:meth:`_remember_skipped`).
+        """
+        key = _stream_key(msg.id.source, msg.id.incarnation)
+        first = state.follows.get(key)
+        found = (first is not None and msg.prev >= first) or self._names_follower(state, msg)
+        if found and first is None:
+            state.follows[key] = msg.id.seq
+        return found
+
+    def _names_follower(self, state: _Topic, msg: PubMessage) -> bool:
+        """Whether ``msg`` names this subscription's op (or a later op of this
+        node's life) or a delivered publication that follows it (:meth:`_follows_op`)."""
+        me, life, rc = self.id, self.incarnation, state.sub_rc
+        if any(o.source == me and o.incarnation == life and o.seq >= rc for o in msg.op_deps):
+            return True
+        follows = state.follows
+        for d in msg.deps:
+            first = follows.get(_stream_key(d.source, d.incarnation))
+            if first is not None and d.seq >= first:
+                return True
+        return False
 
     def _op_learned(self, state: _Topic, entry: ViewEntry) -> list[Output]:
         """Release what waited for ``entry`` (or an older op of its node)."""

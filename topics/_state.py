@@ -237,6 +237,18 @@ class _Topic:
     # nobody, or waits only for announces to subscribers it learned of since):
     # the only case that takes members' frontiers (VCubePS._frontier).
     lonely: bool = False
+    # A lonely subscription that skipped publications it never received
+    # (``blind``: under a bound, a frontier, or a bound it stood in for)
+    # delivers from then on only publications that causally follow its own op
+    # (VCubePS._follows_op).  ``follows``: per stream, the first delivered
+    # here that does (later ones of the stream do too).  Reset by each
+    # subscribe, which enters the node's own stream from its op (``sub_rc``) on.
+    blind: bool = False
+    # Per stream, the oldest publication this subscription took (delivered,
+    # held or skipped): what a dependency must be at or above to count as seen.
+    seen: dict[StreamKey, int] = field(default_factory=dict)
+    follows: dict[StreamKey, int] = field(default_factory=dict)
+    sub_rc: int = -1
     buffer: CausalBuffer[PubMessage] = field(default_factory=CausalBuffer)
     early: list[PubMessage] = field(default_factory=list)
 
