@@ -908,6 +908,35 @@ def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None
     _replay(Simulation(list(range(10)), seed=0, detector=FAST, introductions=intro), script, hints)
 
 
+def test_a_dead_sources_last_round_goes_ahead_to_a_subscriber_its_relay_missed() -> None:
+    """The CI profile's seed 89308 (seven nodes; liveness): node 4, back as a
+    new incarnation and subscribed knowing nobody, held node 0's (0, 5),
+    which names dead node 2's (2, 6), for good: node 2 died before node 4's
+    new life, so the crash relays of its last round went to the subscribers
+    of the time, and every member's frontier stopped below (2, 6).  A round
+    that names a crashed source's last round now sends that round ahead to
+    the subscribers its relay missed."""
+    script = _lines(
+        "0;SUB;2;t 0;SUB;6;t 0;PUB;6;t 0;SUB;4;t 0;SUB;5;t 0.2;SUB;1;t 0.3;PUB;2;t "
+        "4;PUB;2;t 45;PUB;4;t 664.3;PUB;4;t 691.1;PUB;1;t 790.1;SUB;0;t 799;PUB;6;t "
+        "876.2;SUB;3;t 1053.3;PUB;5;t 1053.3;PUB;1;t 1066.1;PUB;1;t 1362.9;PUB;2;t "
+        "1382.7;PUB;3;t 1414.7;PUB;1;t 2078.1;PUB;1;t 2252.3;UNS;0;t 2439.4;SUB;0;t "
+        "2551.5;PUB;3;t 2574.5;PUB;5;t 2776.2;PUB;2;t 2826.3;UNS;5;t 3099.8;PUB;2;t "
+        "3232.3;PUB;2;t 3410;SUB;5;t 3473.4;PUB;5;t 3484.4;PUB;1;t 4021.4;CRASH;2 "
+        "4040.6;UNS;0;t 4470.8;SUB;0;t 4630.1;CRASH;4 4953.5;PUB;3;t 4953.5;PUB;3;t "
+        "5380.3;RECOVER;2 5790.2;RECOVER;4 5904.6;PUB;0;t 5948.3;SUB;4;t"
+    )
+    hints = [
+        (5295.40433628955, 4, 2), (3962.0726462723683, 2, 4), (0.08, 2, 2),
+        (3275.7334379347494, 1, 3), (0.3, 3, 5), (3306.7262762067207, 3, 5),
+        (5500.364374501213, 3, 5), (1239.3717996626958, 3, 3),
+        (0.3333333333333333, 6, 0), (1387.4329651755274, 2, 1),
+    ]  # fmt: skip
+    intro = {1: [0], 2: [0, 3], 3: [0], 4: [0], 5: [0], 6: [0]}
+    sim = Simulation(list(range(7)), seed=89308, detector=FAST, introductions=intro)
+    _replay(sim, script, hints)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

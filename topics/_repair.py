@@ -15,9 +15,11 @@ from topics._events import Output, Send
 from topics._messages import Packet, PubMessage, PubRound, RoundId, Sub, Uns
 from topics._rounds import _Rounds
 from topics._state import (
+    DEAD_ROUNDS,
     REPAIR_ROUNDS,
     StreamKey,
     _Announce,
+    _DeadRound,
     _oldest_held,
     _Pending,
     _Relay,
@@ -25,6 +27,18 @@ from topics._state import (
     _Topic,
 )
 from vcube import cluster, partition_sorted
+
+
+def _keep_dead_round(
+    state: _Topic, stream: StreamKey, messages: tuple[PubMessage, ...], relayed: bool
+) -> None:
+    """Keep a crashed stream's last round, with whom its relay reaches
+    (:meth:`VCubePS._dead_rounds_ahead`); the oldest goes beyond DEAD_ROUNDS."""
+    view = state.view
+    reached = {(n, view[n].incarnation) for n in state.subscribers()} if relayed else set()
+    state.dead_rounds[stream] = _DeadRound(messages, reached)
+    if len(state.dead_rounds) > DEAD_ROUNDS:
+        del state.dead_rounds[next(iter(state.dead_rounds))]
 
 
 def _dead_stream(key: StreamKey, node: int, incarnation: int) -> bool:
@@ -109,7 +123,9 @@ class _Repair(_Rounds):
             messages = state.last_round.pop(stream)
             owed = state.subscribed or stream not in state.relay_unowed
             state.relay_unowed.discard(stream)
-            if owed and any(n != self.id for n in state.subscribers()):
+            relay = owed and any(n != self.id for n in state.subscribers())
+            _keep_dead_round(state, stream, messages, relay)
+            if relay:
                 self.relayed += 1
                 out.extend(self._enqueue(state, _Relay(messages), now))
         return out

@@ -43,6 +43,10 @@ Another stream's publication that follows it is marked ``ANY_OP``."""
 GAP2 = -3
 """In ``_Topic.novel``: the publication after the stream's second gap."""
 
+DEAD_ROUNDS = 64
+"""Crashed sources' last rounds a topic keeps for subscribers their relay
+missed (the oldest is forgotten beyond it)."""
+
 SKIPPED_PAST = 4096
 """Skipped publications whose causal past a subscription remembers (oldest forgotten)."""
 
@@ -162,9 +166,24 @@ class _Pending:
 
 @dataclass(frozen=True, slots=True)
 class _Relay:
-    """Publications of a crashed source that this node passes on (see :meth:`VCubePS.crashed`)."""
+    """Publications of a crashed source that this node passes on (see
+    :meth:`VCubePS.crashed`): to every subscriber, or to ``dest`` alone (a
+    subscriber the crash relay missed, :meth:`VCubePS._dead_rounds_ahead`)."""
 
     messages: tuple[PubMessage, ...]
+    dest: int | None = None
+
+
+class _DeadRound:
+    """A crashed source's last round as this node received it, and the
+    subscriptions (node, incarnation) known to have it (:meth:`VCubePS._dead_rounds_ahead`)."""
+
+    __slots__ = ("ids", "messages", "reached")
+
+    def __init__(self, messages: tuple[PubMessage, ...], reached: set[tuple[int, int]]) -> None:
+        self.messages = messages
+        self.ids = frozenset(m.id for m in messages)
+        self.reached = reached
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +286,10 @@ class _Topic:
     # owed (a subset of its keys), empty while the subscription stays
     # confirmed instead of an entry per source.
     relay_unowed: set[StreamKey] = field(default_factory=set)
+    # The last round received from each crashed source stream, relayed at the
+    # crash, kept for subscribers that round did not reach (at most DEAD_ROUNDS;
+    # VCubePS._dead_rounds_ahead).
+    dead_rounds: dict[StreamKey, _DeadRound] = field(default_factory=dict)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
