@@ -15,7 +15,7 @@ again only when the frontier it waits on advances.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -53,9 +53,8 @@ class CausalBuffer(Generic[T]):
     """Items wait until every dependency ``(s, i, need)`` has ``frontier[s][i] >= need``.
 
     Invariant: an item is returned by :meth:`add` or :meth:`advance` exactly
-    once, and only when all its dependencies hold, unless :meth:`discard`
-    took it out first; items whose dependencies hold at once are reported by
-    :meth:`add` without being stored.  Work per
+    once, and only when all its dependencies hold; items whose dependencies
+    hold at once are reported by :meth:`add` without being stored.  Work per
     :meth:`advance` is proportional to the waiters it releases (plus a heap
     operation each), never to the size of the buffer.
 
@@ -150,7 +149,7 @@ class CausalBuffer(Generic[T]):
             _, token = heapq.heappop(heap)
             entry = self._items.get(token)
             if entry is None:
-                continue  # discarded: its other waits are dropped as they come up
+                continue  # not held (any more): nothing to count down
             entry[1] = int(entry[1]) - 1  # type: ignore[call-overload]
             if entry[1] == 0:
                 del self._items[token]
@@ -182,12 +181,6 @@ class CausalBuffer(Generic[T]):
         for s, inc in older:
             released.extend(self.advance(s, inc, _RETIRED))
         return released
-
-    def discard(self, select: Callable[[T], bool]) -> list[T]:
-        """Take out, never to be released, the held items ``select`` picks; returns
-        them, oldest first.  Their places in the waiting heaps go when reached."""
-        gone = [t for t, entry in self._items.items() if select(entry[0])]  # type: ignore[arg-type]
-        return [self._items.pop(t)[0] for t in sorted(gone)]  # type: ignore[misc]
 
     def items(self) -> list[T]:
         """Items still held, oldest first."""

@@ -696,18 +696,6 @@ def test_buffer_retires_older_incarnations() -> None:
     assert buf.items() == ["new"]
 
 
-def test_buffer_discards_items_that_are_never_released() -> None:
-    buf: CausalBuffer[str] = CausalBuffer()
-    for name, need in (("a", 2), ("b", 1), ("c", 3)):
-        buf.add(name, [(0, 0, need), (1, 0, need)])
-    assert buf.discard(lambda item: item in "ab") == ["a", "b"]
-    assert buf.items() == ["c"]
-    assert len(buf) == 1
-    assert buf.advance(0, 0, 9) == []  # the discarded ones' waits are passed over
-    assert buf.advance(1, 0, 9) == ["c"]
-    assert buf.discard(lambda item: True) == []
-
-
 def test_barrier_keeps_direct_predecessors_only() -> None:
     a1, b1, c1 = MsgId(1, 0, 1), MsgId(2, 0, 1), MsgId(3, 0, 1)
     op = MsgId(9, 0, 4)

@@ -778,14 +778,15 @@ def test_a_members_own_publication_carries_the_marks_of_its_past() -> None:
     _replay(Simulation(ids, seed=56890258, detector=FAST, introductions=intro), script)
 
 
-def test_a_frontier_drops_what_it_covers_that_is_held_here() -> None:
+def test_a_frontier_over_a_held_publication_keeps_causal_order() -> None:
     """Verify profile, seed 0 (causal order): node 2 comes back and
     subscribes knowing nobody; node 0 relays node 3's last round, (3, 3),
     which node 2 holds (it names ops node 2 does not know yet).  Node 0's
     frontier then covers (3, 3) and node 5's (5, 1), which follows it; the
     frontier stopped below the held (3, 3) but skipped (5, 1) unseen, so
-    (5, 2) was delivered at once and (3, 3) after it.  What a frontier covers
-    is not owed: a held publication it covers is now dropped as skipped."""
+    (5, 2) was delivered at once and (3, 3) after it.  The skip of (5, 1)
+    turns node 2 blind now: at most one of the two follows its op (both
+    would make (5, 1) owed), and only that one is delivered."""
     script = _lines(
         " ".join(f"0;{a};0;t" for a in ["SUB", "UNS"] * 4)
         + " 0;SUB;3;t 0;UNS;3;t 0;SUB;2;t 84;SUB;0;t 251;SUB;5;t 322;SUB;3;t "
@@ -885,13 +886,13 @@ def test_a_blind_newcomer_does_not_start_a_stream_at_a_relay_from_before_its_lif
     _replay(Simulation(list(range(8)), seed=21594193, detector=FAST, introductions=intro), script)
 
 
-def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None:
+def test_a_frontier_stops_below_a_held_publication_that_names_the_op() -> None:
     """Verify profile, seed 0 (ten nodes; liveness): node 4 subscribes knowing
     nobody; node 8's (8, 1) names node 4's op and reaches it, held for node
     7's (7, 1).  Node 9 never got (8, 1) (a gap) and its frontier for node 4
     stops at (8, 2), covering the gap: node 4 dropped the held (8, 1) as
-    skipped and never delivered it.  A frontier covers the member's gaps, so
-    it now stops below a held publication that provably follows the op."""
+    skipped and never delivered it.  A frontier covers the member's gaps,
+    where an owed publication can be, so it now stops below what is held."""
     script = _lines(
         "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;1 0;SUB;2;t 0;SUB;5;t 0;UNS;0;t 0;SUB;0;t "
         "0;SUB;8;t 0;UNS;0;t 0;SUB;4;t 0;SUB;3;t 0;SUB;9;t 0;CRASH;6 0;SUB;0;t 0;UNS;0;t "
@@ -901,6 +902,31 @@ def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None
         "2110.2;PUB;4;t 2130.8;SUB;6;t 2515;SUB;0;t 2712.3;UNS;5;t 2764.7;UNS;0;t "
         "3067.7;PUB;8;t 3093;SUB;0;t 3657.9;SUB;9;t 3731.7;PUB;8;t 3984.4;UNS;0;t "
         "5052;SUB;0;t 5436.4;UNS;0;t 5447.3;SUB;0;t 5800.4;UNS;0;t"
+    )
+    hints = [(610.686054843464, 7, 0), (1212.367903171228, 0, 5), (1316.2542292767816, 4, 2)]
+    intro = {1: [0, 9], 2: [0, 5], 3: [0, 8, 9], 4: [0, 3], 5: [0, 8], 6: [0], 7: [0], 8: [0, 6]}
+    intro.update({0: [0], 9: [0]})
+    _replay(Simulation(list(range(10)), seed=0, detector=FAST, introductions=intro), script, hints)
+
+
+def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None:
+    """Verify profile, seed 0 (ten nodes; causal order and liveness; found
+    after the case above was fixed): node 4 holds node 8's (8, 1), which
+    follows node 4's op only through node 6's (6, 1), not yet here.  Node 9's
+    frontier covered (8, 1) (a gap at node 9): node 4 dropped it, delivered
+    (8, 2), then (6, 1), which (8, 2) follows, and never (8, 1).  Nothing
+    held is dropped any more: the cut stops below it (``_oldest_taken``)."""
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;1 0;UNS;0;t 0;SUB;2;t 0;SUB;0;t "
+        "0;SUB;5;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;4;t 0;SUB;0;t 0;UNS;0;t "
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;8;t "
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;UNS;4;t "
+        "0;SUB;0;t 0;SUB;3;t 0;UNS;0;t 0;SUB;0;t 0;SUB;9;t 0;CRASH;6 0;UNS;0;t "
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;7;t "
+        "0;SUB;0;t 0;SUB;4;t 230.1;PUB;7;t 298.7;PUB;2;t 761.6;PUB;0;t 1342.8;CRASH;9 "
+        "1432;UNS;0;t 1482;RECOVER;6 1509.2;SUB;0;t 1519.3;UNS;0;t 1705;RECOVER;1 "
+        "1940.7;RECOVER;9 2110.2;PUB;4;t 2130.8;SUB;6;t 2361.6;PUB;6;t 3067.7;PUB;8;t "
+        "3657.9;SUB;9;t 3731.7;PUB;8;t"
     )
     hints = [(610.686054843464, 7, 0), (1212.367903171228, 0, 5), (1316.2542292767816, 4, 2)]
     intro = {1: [0, 9], 2: [0, 5], 3: [0, 8, 9], 4: [0, 3], 5: [0, 8], 6: [0], 7: [0], 8: [0, 6]}

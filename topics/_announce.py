@@ -260,14 +260,16 @@ class _Announcing(_Aggregation):
         before it (found: ``tests/test_checkcli.py``'s eighty scenarios, seed
         74), and frontiers are not needed there.
 
-        A publication the frontier covers that is held here is dropped, as
-        skipped: kept, it would wait for its past while what follows it in
-        other streams, skipped unseen past the same cut, let their successors
-        go first (found: a held relay of a dead source's last round,
-        delivered after a publication that follows it).  Except one that
-        provably follows this subscription's op: it is owed, and the cut
-        stops below it (:meth:`_held_followers`; found: the verify profile's
-        seed 0 with ten nodes, where it was never delivered).  Where
+        The cut stops below a publication held here (or received before the
+        confirmation): the member's frontier covers the gaps in its own
+        reception, where an owed publication can be (found: the verify
+        profile's seed 0 with ten nodes, where the held (8, 1) was dropped as
+        skipped and never delivered).  One that is not owed cannot break
+        causal order by waiting: the skips past the same cut turn this
+        subscription blind (:meth:`_follows_op`), and it is settled
+        undelivered (it used to be dropped for that: a held relay of a dead
+        source's last round was delivered after a publication that follows
+        it).  Where
         the member's frontier stopped at a gap, ``beyond`` is taken instead if
         this node received nothing of the stream below it (see
         :meth:`_sync_frontier`)."""
@@ -278,10 +280,10 @@ class _Announcing(_Aggregation):
                 if got is None or got >= predates.get(stream, end):
                     predates[stream] = max(end, predates.get(stream, 0))
         bounds, inferred = state.bounds, state.inferred
-        owed = self._held_followers(state)
+        taken = self._oldest_taken(state)
         cut: dict[tuple[int, int], int] = {}
         for stream, end in predates.items():
-            first = min(end, owed.get(stream, end))
+            first = min(end, taken.get(stream, end))
             if (stream not in bounds or stream in inferred) and first > bounds.get(
                 stream, state.predates.get(stream, 0)
             ):
@@ -293,30 +295,20 @@ class _Announcing(_Aggregation):
                 bounds[stream] = first  # it stood in for a bound: the frontier says more
             else:
                 state.predates[stream] = first
-        dropped = state.buffer.discard(
-            lambda m: m.id.seq < cut.get((m.id.source, m.id.incarnation), -1)
-        )
-        for msg in dropped:
-            self._remember_skipped(state, msg)
         ready: list[PubMessage] = []
         for (node, inc), first in cut.items():
             ready.extend(state.buffer.advance(node, inc, first - 1))
         return self._release(state, ready)
 
-    def _held_followers(self, state: _Topic) -> dict[tuple[int, int], int]:
-        """Per stream, the oldest publication held here that provably follows
-        this subscription's op (it names the op, or a publication delivered
-        here that follows it: :meth:`_follows_op`): owed, so a frontier stops
-        below it.  A member's frontier covers the gaps in its own reception
-        (:meth:`_sync_frontier`), and an owed publication can be in one: it
-        is at the newcomer then, and must not be dropped as skipped (held, or
-        received before the subscription was confirmed)."""
+    @staticmethod
+    def _oldest_taken(state: _Topic) -> dict[tuple[int, int], int]:
+        """Per stream, the oldest publication held here, or received before
+        the subscription was confirmed: where a frontier's cut stops
+        (:meth:`_frontier`)."""
         found: dict[tuple[int, int], int] = {}
         for msg in [*state.buffer.items(), *state.early]:
-            first = state.follows.get(_stream_key(msg.id.source, msg.id.incarnation))
-            if (first is not None and msg.prev >= first) or self._names_follower(state, msg):
-                stream = (msg.id.source, msg.id.incarnation)
-                found[stream] = min(found.get(stream, msg.id.seq), msg.id.seq)
+            stream = (msg.id.source, msg.id.incarnation)
+            found[stream] = min(found.get(stream, msg.id.seq), msg.id.seq)
         return found
 
     def _sync_before_confirm(self, state: _Topic, pending: _Pending) -> list[Output]:
