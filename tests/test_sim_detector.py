@@ -963,6 +963,27 @@ def test_a_dead_sources_last_round_goes_ahead_to_a_subscriber_its_relay_missed()
     _replay(sim, script, hints)
 
 
+def test_what_came_before_a_subscription_is_not_waited_for() -> None:
+    """Verify profile, seed 0 (eight nodes; liveness): node 2, back as a new
+    incarnation, received node 1's (1, 1) as a relay hop before it
+    subscribed; node 1 died; node 3's (3, 1), owed to node 2, names (1, 1),
+    and node 2 waited for it for good: it had come already, and a copy that
+    came again was dropped as a duplicate.  What came before a subscription
+    predates it now (``predates`` from ``last_rx`` at subscribe)."""
+    ids = [
+        317, 0, 5769169034696398, 11400714819323198485, 4354685564936845354,
+        15755400384260043839, 5151818203887430, 53803400713,
+    ]  # fmt: skip
+    script = _lines(
+        "0;SUB;0;t 0;PUB;0;t 0;SUB;1;t 0;SUB;6;t 0;UNS;0;t 1550.6;SUB;0;t 2128.2;SUB;3;t "
+        "2665.4;PUB;0;t 2676.5;SUB;2;t 3182.9;CRASH;2 3221.2;UNS;0;t 3452.5;PUB;1;t "
+        "3528.4;RECOVER;2 3713.5;SUB;2;t 4529.2;CRASH;1 5750.7;PUB;3;t",
+        ids,
+    )
+    intro = {n: [317] for n in ids[1:]}
+    _replay(Simulation(ids, seed=0, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

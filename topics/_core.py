@@ -49,7 +49,7 @@ from topics._errors import AlreadySubscribedError, LocalProtocolError, NotSubscr
 from topics._events import Delivered, Dropped, Output, Published
 from topics._messages import PubMessage
 from topics._receive import _Receive
-from topics._state import PresetView, _stream_key, preset_view
+from topics._state import PresetView, _stream_key, _stream_of, preset_view
 
 
 class VCubePS(_Receive):
@@ -70,7 +70,10 @@ class VCubePS(_Receive):
         state.subscribed, state.confirmed = True, False
         # A fresh subscription owns nothing published before it, its own included.
         state.bounds = {(self.id, self.incarnation): op.rc}
-        state.predates, state.inferred = {}, set()
+        # What came here before (as a relay, or to an earlier subscription)
+        # predates this one, and will not come again (dropped as duplicates).
+        state.predates = {_stream_of(k): seq + 1 for k, seq in state.last_rx.items()}
+        state.inferred = set()
         state.lonely = False  # known when its SUB round starts (_round_for)
         state.sub_rc, state.blind, state.seen = op.rc, False, {}
         state.follows = {_stream_key(self.id, self.incarnation): op.rc}

@@ -346,7 +346,7 @@ class _Rounds(_Announcing):
         own = state.view.get(self.id)
         if state.subscribed and own is not None and own.op_id == pending.ids[0]:
             _merge_max(state.bounds, pending.bounds.items())
-            state.predates = pending.predates or {}
+            _merge_max(state.predates, (pending.predates or {}).items())
             state.syncing = self._unreached(state)
             if not state.syncing:
                 out.extend(self._open(state))
