@@ -984,6 +984,21 @@ def test_what_came_before_a_subscription_is_not_waited_for() -> None:
     _replay(Simulation(ids, seed=0, detector=FAST, introductions=intro), script)
 
 
+def test_a_subscriber_skips_what_a_resubscribed_source_published_before() -> None:
+    """Verify profile, seed 1027 (five nodes; liveness): node 3 published
+    (3, 1) alone, unsubscribed and subscribed again; node 0 subscribed while
+    its view still had node 3 unsubscribed, so it got no bound for node 3's
+    stream, and waited for good for (3, 1), the predecessor of (3, 4).  A
+    confirmed subscription now skips what a source published before the SUB
+    round that reaches it (``VCubePS._new_subscriber``)."""
+    script = _lines(
+        "0;SUB;1;t 0;CRASH;2 0;SUB;3;t 0;PUB;3;t 0;SUB;4;t 228;UNS;3;t 366;SUB;3;t "
+        "369;RECOVER;2 409;SUB;0;t 1355;PUB;3;t"
+    )
+    intro = {k: [0] for k in range(1, 5)}
+    _replay(Simulation(list(range(5)), seed=1027, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

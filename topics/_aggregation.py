@@ -12,7 +12,7 @@ so :meth:`_Aggregation._flush_held` may release everything at once.
 from __future__ import annotations
 
 from causal import MsgId
-from topics._delivery import _Delivery
+from topics._delivery import _Delivery, _predates
 from topics._events import Held, Output, Send
 from topics._messages import Bundle, Packet, PubMessage, PubRound
 from topics._state import _Held, _Topic
@@ -87,7 +87,7 @@ class _Aggregation(_Delivery):
                 continue
             if last_rx.get(src if inc == 0 else (src, inc), -1) >= seq:
                 continue  # received already: the common case
-            if bounds and seq < bounds.get((src, inc), 0):
+            if (bounds or state.predates) and _predates(state, src, inc, seq):
                 continue  # predates this subscription: not owed
             found.append((d, state.tree_kids(me, src)))
         return found
@@ -134,19 +134,16 @@ class _Aggregation(_Delivery):
                     state.held.pop(child, None)
 
     def _unblock_predating(self, state: _Topic) -> list[Output]:
-        """Holds whose blocker a bound learnt since shows to predate this
-        subscription: that blocker never comes here (:meth:`_coming` would not
+        """Holds whose blocker a bound (or ``predates``) learnt since shows to
+        predate this subscription: it never comes here (:meth:`_coming` would not
         count it now), so release what waited on it.  Without this, a
         restarted subscriber that held a round back from a child before its
         announce bound arrived kept it held for good, and the source's ACK
         wave never closed (found by the simulator's one-way property)."""
-        bounds = state.bounds
-        if not state.waiting or not bounds:
+        if not state.waiting or not (state.bounds or state.predates):
             return []
         ready: dict[int, list[Packet]] = {}
-        stale = [
-            k for k in state.waiting if k[1].seq < bounds.get((k[1].source, k[1].incarnation), 0)
-        ]
+        stale = [k for k in state.waiting if _predates(state, *k[1])]
         for child, d in stale:
             if (child, d) in state.waiting:  # an earlier release may have taken it
                 self._resolve(state, child, d, ready)

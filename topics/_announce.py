@@ -298,7 +298,7 @@ class _Announcing(_Aggregation):
         ready: list[PubMessage] = []
         for (node, inc), first in cut.items():
             ready.extend(state.buffer.advance(node, inc, first - 1))
-        return self._release(state, ready)
+        return self._release(state, ready) + self._unblock_predating(state)
 
     @staticmethod
     def _oldest_taken(state: _Topic) -> dict[tuple[int, int], int]:

@@ -17,7 +17,7 @@ from causal import Dep, op_stream
 from topics._base import _CoreBase
 from topics._events import Delivered, Output, Received, Subscribed
 from topics._messages import PubMessage, ViewEntry
-from topics._state import SKIPPED_PAST, _stream_key, _Topic
+from topics._state import SKIPPED_PAST, _oldest_held, _stream_key, _Topic
 
 
 def _deps(msg: PubMessage) -> list[Dep]:
@@ -328,6 +328,27 @@ class _Delivery(_CoreBase):
             if first is not None and d.seq >= first:
                 return True
         return False
+
+    def _new_subscriber(self, state: _Topic, op: ViewEntry) -> list[Output]:
+        """``op``'s SUB round reached this confirmed subscription, which has no
+        bound for its stream: the source's publications below the op came in
+        rounds that completed before that round started (one round at a time
+        per source), so what of them is not here was not sent here and never
+        comes.  They are skipped (``predates``), down to the oldest held.
+
+        Without it a subscriber that missed a resubscription (its view had the
+        source unsubscribed) waited for good for the publication before the
+        source's first one in its new subscription (verify profile, seed 1027).
+        """
+        stream = (op.node, op.incarnation)
+        if stream in state.bounds:
+            return []
+        oldest = _oldest_held(state, op.node, op.incarnation)
+        first = op.rc if oldest is None else min(op.rc, oldest.id.seq)
+        if first <= state.predates.get(stream, 0):
+            return []
+        state.predates[stream] = first
+        return self._release(state, state.buffer.advance(op.node, op.incarnation, first - 1))
 
     def _op_learned(self, state: _Topic, entry: ViewEntry) -> list[Output]:
         """Release what waited for ``entry`` (or an older op of its node)."""

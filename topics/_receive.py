@@ -112,6 +112,9 @@ class _Receive(_Repair):
         self._check_remote(packet.topic)
         state = self._topic(packet.topic)
         out = self._learn(state, packet.op)
+        if state.confirmed:
+            out.extend(self._new_subscriber(state, packet.op))
+            out.extend(self._unblock_predating(state))
         span = cluster(sender, self.id) - 1
         kids = self.overlay.children_at(self.id, span)
         pending = _Pending(packet.topic, "SUB", sender, set(kids), (packet.op.op_id,))
