@@ -57,11 +57,15 @@ class _Aggregation(_Delivery):
         delivery waits for, so it arrives; releases cascade in causal order.
         Safety never depends on holding: causal delivery is the receiver's.
         """
+        coming = self._coming(state, messages[0]) if children else []
+        if not (coming or state.held):
+            # Nothing held here, nothing coming: no child has a blocker and no
+            # hold waits on this round (the common case, without the per-child work).
+            return [Send(child, pkt) for child, pkt in children]
         out: list[Output] = []
         ready: dict[int, list[Packet]] = {}
         held_now: set[int] = set()
         ids = tuple(m.id for m in messages)
-        coming = self._coming(state, messages[0]) if children else []
         for child, pkt in children:
             blockers = self._blockers(state, messages[0], coming, child)
             if not blockers:
