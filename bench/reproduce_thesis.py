@@ -354,7 +354,7 @@ def run_several(task: Task) -> dict[str, Any]:
     sim.run()
     rec = sim.recorder
     end = sim.now
-    enqueue_mean = {n: mean([float(x) for x in rec.queue_samples.get(n, [])]) for n in sim.ids}
+    enqueue_mean = {n: mean([float(x) for x in rec.queue_samples(n)]) for n in sim.ids}
     time_avg = {n: sim.sojourn.get(n, 0.0) / end for n in sim.ids}
     bins_enqueue = [0] * len(QUEUE_BINS)
     bins_time = [0] * len(QUEUE_BINS)
@@ -365,13 +365,13 @@ def run_several(task: Task) -> dict[str, Any]:
         # The convention that reproduces Table 5.1's SRPT row: the queue length
         # including the packet just enqueued; a node that sent at most one packet
         # (an SRPT leaf sending its own publication to the root) counts as 0.
-        samples = rec.queue_samples.get(n, [])
+        samples = rec.queue_samples(n)
         incl = mean([x + 1.0 for x in samples]) if len(samples) > 1 else 0.0
         bins_incl[_bin_queue(incl)] += 1
     busiest = max(sim.ids, key=lambda n: (rec.sent_by_node[n], -n))
     root = _srpt_root(sim)
     hub = root if root is not None else busiest
-    hub_samples = [float(x) for x in rec.queue_samples.get(hub, [])]
+    hub_samples = [float(x) for x in rec.queue_samples(hub)]
     return {
         "publishers": count,
         "expected_receptions": count * (task.n - 1),
@@ -389,7 +389,7 @@ def run_several(task: Task) -> dict[str, Any]:
         "queue_bins_incl": bins_incl,
         "queue_enqueue_mean_of_nodes": mean(list(enqueue_mean.values())),
         "queue_enqueue_max_node_mean": max(enqueue_mean.values()),
-        "queue_max_sample": max((max(v) for v in rec.queue_samples.values() if v), default=0),
+        "queue_max_sample": max((max(h) for h in rec.queue_hist.values() if h), default=0),
         "hub_node": hub,
         "hub_is_srpt_root": root is not None,
         "hub_packets_sent": rec.sent_by_node[hub],

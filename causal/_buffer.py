@@ -94,6 +94,12 @@ class CausalBuffer(Generic[T]):
         got = self._frontier.get(dep[0] if dep[1] == 0 else (dep[0], dep[1]))
         return got is not None and got >= dep[2]
 
+    def known_met(self, deps: Collection[Dep]) -> bool:
+        """Whether every entry of ``deps`` is in ``_met`` (one C-level subset test):
+        passed to :meth:`deliver`, or found satisfied by its frontier in
+        :meth:`add`.  ``False`` says nothing: ``_met`` may have been emptied."""
+        return self._met.issuperset(deps)
+
     def add(self, item: T, deps: Collection[Dep]) -> bool:
         """Hold ``item`` until its dependencies hold; ``True`` if they hold already.
 

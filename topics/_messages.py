@@ -168,11 +168,10 @@ def wire_size(packet: Packet) -> int:
     """
     head = ID_BYTES + 4 + len(packet.topic)
     if isinstance(packet, PubRound):
-        body = sum(
-            len(m.payload) + ID_BYTES + 8 + 4 * (len(m.deps) + len(m.op_deps))
-            for m in packet.messages
-        )
-        return head + ID_BYTES * len(packet.dests) + body
+        size = head + ID_BYTES * len(packet.dests)
+        for m in packet.messages:  # a loop, not sum(): most rounds carry one publication
+            size += len(m.payload) + ID_BYTES + 8 + 4 * (len(m.deps) + len(m.op_deps))
+        return size
     if isinstance(packet, Sub):
         return head + 8
     if isinstance(packet, Uns):

@@ -156,7 +156,9 @@ class _Rounds(_Announcing):
         return out
 
     def _on_ack(self, sender: int, packet: Ack) -> list[Output]:
-        rid = self._repair_of.get(packet.round, packet.round)
+        # A round id hashes in Python (a dataclass): skip the look-up while no
+        # repair copy is out, which is every ACK of a crash-free run.
+        rid = self._repair_of.get(packet.round, packet.round) if self._repair_of else packet.round
         pending = self._pending.get(rid)
         if self._stale_ack(sender, rid, pending, repair=rid != packet.round):
             return []

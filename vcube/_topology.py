@@ -214,10 +214,30 @@ class Hypercube:
         return hops
 
     def parent(self, node: int, root: int) -> int | None:
-        """Parent of ``node`` in the tree rooted at ``root`` (``None`` for the root)."""
+        """Parent of ``node`` in the tree rooted at ``root`` (``None`` for the root):
+        the hop before ``node`` on :meth:`path`, walked without building the list.
+
+        Raises :class:`UnknownNodeError` if ``node`` is not a member.  Asked once
+        per missing predecessor at every relay (causal aggregation), so each hop
+        first tries the id that differs from ``cur`` in bit ``s - 1`` alone: it
+        is the XOR-closest id of cluster ``c(cur, s)``, hence FIRSTCHILD
+        whenever it is a member (the usual case), at the cost of an int set
+        test instead of a cache look-up on a tuple key."""
         if node == root:
             return None
-        return self.path(root, node)[-2]
+        members = self._set
+        if node not in members:
+            raise UnknownNodeError(f"node {node} is not a correct member of this VCube")
+        cur = root
+        while True:
+            s = (cur ^ node).bit_length()  # cluster(cur, node)
+            nxt: int | None = cur ^ (1 << (s - 1))
+            if nxt not in members:
+                nxt = self.first_child(cur, s)
+                assert nxt is not None  # node itself is a correct member of that cluster
+            if nxt == node:
+                return cur
+            cur = nxt
 
     def children(self, node: int, root: int) -> tuple[int, ...]:
         """``CHILDREN``: the children of ``node`` in the tree rooted at ``root``."""

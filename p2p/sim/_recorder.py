@@ -61,6 +61,13 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def _hist_mean(hist: dict[int, int]) -> float:
+    """The mean of the integer samples counted in ``hist`` (not empty): the value
+    ``statistics.fmean`` gives for them, as both are the exact sum correctly
+    rounded, divided by the count and rounded once."""
+    return sum(value * count for value, count in hist.items()) / sum(hist.values())
+
+
 @dataclass(slots=True)
 class Recorder:
     """Collects what happens in a run; cheap enough to leave on for 10^6 packets."""
@@ -71,7 +78,11 @@ class Recorder:
     packets: Counter[str] = field(default_factory=Counter)
     sent_by_node: Counter[int] = field(default_factory=Counter)
     msgs_per_pub_packet: Counter[int] = field(default_factory=Counter)
-    queue_samples: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    queue_hist: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    """Per sending node, how many of its link packets found each number of packets
+    queued ahead on its link.  A histogram, not the samples in order: every
+    figure read from them (mean, max, spread) is independent of order, and a
+    list kept an entry per link packet, 2M at 1024 nodes."""
     publish_time: dict[MsgId, float] = field(default_factory=dict)
     barrier_sizes: dict[MsgId, int] = field(default_factory=dict)
     # Per-delivery numbers are packed (8 bytes each instead of a float object):
@@ -153,8 +164,12 @@ class Recorder:
         self.deliveries += 1
         if not own:
             self.delivery.append(time - self.publish_time[mid])
-            self.last_delivery[mid] = max(self.last_delivery.get(mid, 0.0), time)
-        self._add(time, node, "deliver", topic, mid)
+            # max(last, time) without the call (once per delivery); times are >= 0
+            last = self.last_delivery.get(mid)
+            if last is None or time > last:
+                self.last_delivery[mid] = time
+        if self.record_trace:
+            self._add(time, node, "deliver", topic, mid)
 
     def received(self, time: float, node: int, topic: str, mid: MsgId, relay: bool) -> None:
         if relay:
@@ -180,7 +195,8 @@ class Recorder:
         """A link packet was queued (its parts may still grow until it starts)."""
         self.frames += 1
         self.sent_by_node[src] += 1
-        self.queue_samples[src].append(queued_ahead)
+        hist = self.queue_hist[src]  # a plain dict: a Counter's += is 2x slower
+        hist[queued_ahead] = hist.get(queued_ahead, 0) + 1
 
     def arrived(self, dest: int, frame: Frame, src: int | None = None, now: float = 0.0) -> None:
         """A link packet arrived: its content is final, count it."""
@@ -214,7 +230,7 @@ class Recorder:
         pkts = {k: self.packets.get(k, 0) for k in ("PUB", "SUB", "UNS", "ACK", "MSG")}
         pkts["total"] = sum(pkts.values())
         pub_msgs = sum(k * v for k, v in self.msgs_per_pub_packet.items())
-        queue_means = {n: statistics.fmean(v) for n, v in self.queue_samples.items() if v}
+        queue_means = {n: _hist_mean(h) for n, h in self.queue_hist.items() if h}
         completion = [t - self.publish_time[m] for m, t in self.last_delivery.items()]
         return {
             "packets": pkts,
@@ -237,7 +253,7 @@ class Recorder:
             },
             "queue": {
                 "mean_per_node": summarize(list(queue_means.values())),
-                "max": max((max(v) for v in self.queue_samples.values() if v), default=0),
+                "max": max((max(h) for h in self.queue_hist.values() if h), default=0),
             },
             "causal_barrier": summarize([float(x) for x in self.barrier_sizes.values()]),
             "link": {
@@ -249,6 +265,11 @@ class Recorder:
             },
             "nodes": self.node_counters(),
         }
+
+    def queue_samples(self, node: int) -> list[int]:
+        """``node``'s queue samples (see :attr:`queue_hist`), in ascending order."""
+        hist = self.queue_hist.get(node)
+        return [] if hist is None else [v for v, c in sorted(hist.items()) for _ in range(c)]
 
     def node_counters(self) -> dict[str, dict[str, int]]:
         """Per-node counters by scenario index: packets and messages sent, hold-backs,
