@@ -999,6 +999,22 @@ def test_a_subscriber_skips_what_a_resubscribed_source_published_before() -> Non
     _replay(Simulation(list(range(5)), seed=1027, detector=FAST, introductions=intro), script)
 
 
+def test_a_subscriber_asks_a_source_it_has_no_bound_for() -> None:
+    """Verify profile, seed 0 (five nodes; liveness): node 3's SUB round
+    missed node 0, so node 3 has no bound for node 0's stream; node 0's
+    (0, 5), queued before node 3 subscribed and sent once node 0 knew of it,
+    names (0, 4), which went before, elsewhere: node 3 held (0, 5) for good.
+    A subscription that holds a live source's publication for a predecessor
+    that never came, with no bound for it, now announces itself to the
+    source, whose ACK brings the bound (``VCubePS._ask_bound``)."""
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;PUB;0;t 0;PUB;0;t 0;CRASH;1 0;SUB;2;t 123;PUB;0;t "
+        "233;SUB;3;t 752;RECOVER;1"
+    )
+    intro = {1: [0, 2, 3], 2: [0], 3: [0], 4: [0], 0: [2]}
+    _replay(Simulation(list(range(5)), seed=0, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

@@ -80,7 +80,7 @@ class VCubePS(_Receive):
         state.buffer = CausalBuffer()
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
-        state.syncing = set()
+        state.syncing, state.asked = set(), set()
         state.skipped_past = {}
         return self._enqueue(state, op, now)
 

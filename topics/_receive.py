@@ -17,10 +17,12 @@ from topics._repair import _Repair
 from topics._state import (
     REPAIR_ROUNDS,
     StreamKey,
+    _Announce,
     _bounds_of,
     _Pending,
     _relay_packets,
     _stream_key,
+    _Topic,
 )
 from vcube import cluster
 
@@ -170,6 +172,8 @@ class _Receive(_Repair):
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
+        if fresh and state.confirmed:
+            out.extend(self._ask_bound(state, fresh[0]))
         children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
         if pending.kind == "SYNC" and not new_op:
@@ -184,6 +188,34 @@ class _Receive(_Repair):
             return out
         out.extend(self._forward(packet.round, pending, children, packet))
         return out
+
+    def _ask_bound(self, state: _Topic, first: PubMessage) -> list[Output]:
+        """``first`` came in a round of its own stream and is held here for its
+        predecessor, of a live source this subscription has no bound for:
+        that predecessor travelled in an earlier round, which completed before
+        this one started, so it was not sent here and never comes.  Announce
+        this subscription to the source, once per subscription, so that its
+        ACK brings the bound (:meth:`_synced`; a relay of a dead source's
+        round is left to :meth:`_start_stream_at`).
+
+        Found by the verify profile (seed 0, five nodes, liveness): node 3's
+        SUB round missed node 0, whose (0, 5), queued before node 3
+        subscribed and sent after node 0 learnt of it, names (0, 4); node 3
+        held it for good."""
+        src, inc = first.id.source, first.id.incarnation
+        if (
+            first.prev < 0
+            or src == self.id
+            or src in state.asked
+            or (src, inc) in state.bounds
+            or self._is_dead(src, inc)
+        ):
+            return []
+        if state.buffer.satisfied((src, inc, first.prev)):
+            return []
+        state.asked.add(src)
+        state.queue.append(_Announce(src))
+        return self._start_round(state) if state.in_flight is None else []
 
     @staticmethod
     def _received_pending(

@@ -294,6 +294,9 @@ class _Topic:
     retired: dict[int, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
+    # Sources this confirmed subscription announced itself to for want of a
+    # bound (VCubePS._ask_bound): once each per subscription.
+    asked: set[int] = field(default_factory=set)
     # Publications skipped here (predating the subscription, or of a source that
     # gave no bound) -> what they waited for: a publication after one of them
     # waits for that instead (see VCubePS._live_deps).  At most SKIPPED_PAST.
