@@ -886,6 +886,15 @@ def test_a_blind_newcomer_does_not_start_a_stream_at_a_relay_from_before_its_lif
     _replay(Simulation(list(range(8)), seed=21594193, detector=FAST, introductions=intro), script)
 
 
+def _ten_nodes(script: str) -> None:
+    """The ten-node shape of the frontier cases below (verify profile, seed 0)."""
+    hints = [(610.686054843464, 7, 0), (1212.367903171228, 0, 5), (1316.2542292767816, 4, 2)]
+    intro = {1: [0, 9], 2: [0, 5], 3: [0, 8, 9], 4: [0, 3], 5: [0, 8], 6: [0], 7: [0], 8: [0, 6]}
+    intro.update({0: [0], 9: [0]})
+    sim = Simulation(list(range(10)), seed=0, detector=FAST, introductions=intro)
+    _replay(sim, _lines(script), hints)
+
+
 def test_a_frontier_stops_below_a_held_publication_that_names_the_op() -> None:
     """Verify profile, seed 0 (ten nodes; liveness): node 4 subscribes knowing
     nobody; node 8's (8, 1) names node 4's op and reaches it, held for node
@@ -893,7 +902,7 @@ def test_a_frontier_stops_below_a_held_publication_that_names_the_op() -> None:
     stops at (8, 2), covering the gap: node 4 dropped the held (8, 1) as
     skipped and never delivered it.  A frontier covers the member's gaps,
     where an owed publication can be, so it now stops below what is held."""
-    script = _lines(
+    _ten_nodes(
         "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;1 0;SUB;2;t 0;SUB;5;t 0;UNS;0;t 0;SUB;0;t "
         "0;SUB;8;t 0;UNS;0;t 0;SUB;4;t 0;SUB;3;t 0;SUB;9;t 0;CRASH;6 0;SUB;0;t 0;UNS;0;t "
         "0;SUB;7;t 0;SUB;0;t 0;UNS;4;t 0.5;SUB;4;t 230.1;UNS;0;t 230.1;PUB;7;t "
@@ -903,10 +912,6 @@ def test_a_frontier_stops_below_a_held_publication_that_names_the_op() -> None:
         "3067.7;PUB;8;t 3093;SUB;0;t 3657.9;SUB;9;t 3731.7;PUB;8;t 3984.4;UNS;0;t "
         "5052;SUB;0;t 5436.4;UNS;0;t 5447.3;SUB;0;t 5800.4;UNS;0;t"
     )
-    hints = [(610.686054843464, 7, 0), (1212.367903171228, 0, 5), (1316.2542292767816, 4, 2)]
-    intro = {1: [0, 9], 2: [0, 5], 3: [0, 8, 9], 4: [0, 3], 5: [0, 8], 6: [0], 7: [0], 8: [0, 6]}
-    intro.update({0: [0], 9: [0]})
-    _replay(Simulation(list(range(10)), seed=0, detector=FAST, introductions=intro), script, hints)
 
 
 def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None:
@@ -916,7 +921,7 @@ def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None
     frontier covered (8, 1) (a gap at node 9): node 4 dropped it, delivered
     (8, 2), then (6, 1), which (8, 2) follows, and never (8, 1).  Nothing
     held is dropped any more: the cut stops below it (``_oldest_taken``)."""
-    script = _lines(
+    _ten_nodes(
         "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;1 0;UNS;0;t 0;SUB;2;t 0;SUB;0;t "
         "0;SUB;5;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;4;t 0;SUB;0;t 0;UNS;0;t "
         "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;8;t "
@@ -928,10 +933,6 @@ def test_a_frontier_stops_below_a_held_publication_that_follows_the_op() -> None
         "1940.7;RECOVER;9 2110.2;PUB;4;t 2130.8;SUB;6;t 2361.6;PUB;6;t 3067.7;PUB;8;t "
         "3657.9;SUB;9;t 3731.7;PUB;8;t"
     )
-    hints = [(610.686054843464, 7, 0), (1212.367903171228, 0, 5), (1316.2542292767816, 4, 2)]
-    intro = {1: [0, 9], 2: [0, 5], 3: [0, 8, 9], 4: [0, 3], 5: [0, 8], 6: [0], 7: [0], 8: [0, 6]}
-    intro.update({0: [0], 9: [0]})
-    _replay(Simulation(list(range(10)), seed=0, detector=FAST, introductions=intro), script, hints)
 
 
 def test_a_dead_sources_last_round_goes_ahead_to_a_subscriber_its_relay_missed() -> None:
