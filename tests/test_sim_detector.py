@@ -1016,6 +1016,24 @@ def test_a_subscriber_asks_a_source_it_has_no_bound_for() -> None:
     _replay(Simulation(list(range(5)), seed=0, detector=FAST, introductions=intro), script)
 
 
+def test_a_subscriber_does_not_ask_for_a_bound_below_what_it_holds() -> None:
+    """Verify profile, seed 346 (eight nodes; FIFO and causal order; found
+    after ``_ask_bound`` came in, which broke it): node 4 held node 1's
+    (1, 2) for an op it did not know yet when (1, 3) came; it asked node 1
+    for a bound, which skipped below 5, and (1, 3) went before the held
+    (1, 2).  A subscription asks only for a predecessor that never came."""
+    flips = " ".join(f"0;{a};0;t" for a in ["SUB", "UNS", "SUB"])
+    script = _lines(
+        flips + " 0;SUB;2;t 0;SUB;4;t 0;SUB;1;t 0;UNS;0;t 0;SUB;0;t 1.1;UNS;0;t 42;SUB;0;t "
+        "111;UNS;0;t 136;SUB;0;t 136;UNS;0;t 136;SUB;0;t 191;UNS;0;t 410.9;SUB;0;t "
+        "428.9;UNS;0;t 578.9;SUB;0;t 1260.3;PUB;0;t 1437.2;UNS;2;t 1525.4;UNS;0;t "
+        "1686.2;SUB;2;t 2236.8;CRASH;1 2504.5;RECOVER;1 2759;SUB;1;t 2810;CRASH;2 "
+        "4784;PUB;1;t 4784;PUB;1;t 4944;RECOVER;2 4978;UNS;1;t"
+    )
+    intro = {k: [0] for k in range(1, 8)}
+    _replay(Simulation(list(range(8)), seed=346, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

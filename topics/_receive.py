@@ -19,6 +19,7 @@ from topics._state import (
     StreamKey,
     _Announce,
     _bounds_of,
+    _oldest_held,
     _Pending,
     _relay_packets,
     _stream_key,
@@ -191,9 +192,10 @@ class _Receive(_Repair):
 
     def _ask_bound(self, state: _Topic, first: PubMessage) -> list[Output]:
         """``first`` came in a round of its own stream and is held here for its
-        predecessor, of a live source this subscription has no bound for:
-        that predecessor travelled in an earlier round, which completed before
-        this one started, so it was not sent here and never comes.  Announce
+        predecessor, which never came (neither delivered nor held), of a live
+        source this subscription has no bound for: that predecessor travelled
+        in an earlier round, which completed before this one started, so it
+        was not sent here and never comes.  Announce
         this subscription to the source, once per subscription, so that its
         ACK brings the bound (:meth:`_synced`; a relay of a dead source's
         round is left to :meth:`_start_stream_at`).
@@ -211,8 +213,10 @@ class _Receive(_Repair):
             or self._is_dead(src, inc)
         ):
             return []
-        if state.buffer.satisfied((src, inc, first.prev)):
-            return []
+        if state.buffer.satisfied((src, inc, first.prev)) or _oldest_held(
+            state, src, inc, below=first.prev + 1
+        ):
+            return []  # it came: it is delivered, or held for what it waits for
         state.asked.add(src)
         state.queue.append(_Announce(src))
         return self._start_round(state) if state.in_flight is None else []
