@@ -1034,6 +1034,31 @@ def test_a_subscriber_does_not_ask_for_a_bound_below_what_it_holds() -> None:
     _replay(Simulation(list(range(8)), seed=346, detector=FAST, introductions=intro), script)
 
 
+def test_a_crash_relay_sends_ahead_the_dead_rounds_it_names() -> None:
+    """Verify profile, seed 33554431 (nine nodes; liveness; failed before the
+    day's changes too): node 29607654702, back and subscribed, held node
+    0's relay of dead 5393's last round, which names dead 19564442's (19564442,
+    1), sent before it came back: no member relays it again, so it held the
+    relay for good.  A crash relay now sends ahead the dead rounds it names,
+    as a node's own round does."""
+    ids = [0, 18446744073709551615, 29607654702, 11854, 326, 5393, 19564442, 140558]
+    ids.append(400909283071885)
+    script = _lines(
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t "
+        "0;SUB;18446744073709551615;t 0;SUB;11854;t 0;SUB;326;t 0;SUB;5393;t "
+        "0;SUB;29607654702;t 0;SUB;0;t 0;PUB;29607654702;t 0;UNS;11854;t 0;UNS;0;t "
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;UNS;0;t 0;UNS;18446744073709551615;t 5;SUB;0;t "
+        "370.7;SUB;19564442;t 1552.1;PUB;29607654702;t 1558.2;PUB;0;t 1899.3;PUB;0;t "
+        "1906.7;PUB;326;t 2161.9;PUB;19564442;t 2296;CRASH;19564442 "
+        "2332.9;RECOVER;19564442 2496.3;CRASH;29607654702 "
+        "2507.8;SUB;18446744073709551615;t 2632.9;SUB;11854;t 2956;PUB;5393;t "
+        "3026.8;PUB;0;t 3372.3;SUB;19564442;t 3600;PUB;0;t 3733.9;PUB;0;t 3927;CRASH;5393 "
+        "4102.2;UNS;0;t 4823;RECOVER;29607654702 5000;SUB;29607654702;t 5131;RECOVER;5393"
+    )
+    intro = {k: [0] for k in ids[1:]}
+    _replay(Simulation(ids, seed=33554431, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

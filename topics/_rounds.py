@@ -276,6 +276,8 @@ class _Rounds(_Announcing):
             batch = head.messages
             if head.dest is not None:  # one newcomer's copy: no route below it
                 dests = [] if self._known_dead(head.dest) else [(head.dest, ())]
+            elif state.dead_rounds:  # a crash relay names dead rounds as a round does
+                state.queue.extendleft(reversed(self._dead_rounds_ahead(state, batch)))
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "RELAY", tuple(m.id for m in batch)
         else:
