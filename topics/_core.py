@@ -82,7 +82,7 @@ class VCubePS(_Receive):
         state.early = []
         state.syncing, state.asked = set(), set()
         state.skipped_past = {}
-        return self._enqueue(state, op, now)
+        return self._enqueue(state, op)
 
     def unsubscribe(self, topic: str, now: float) -> list[Output]:
         """Algorithm 3 ``Unsubscribe``: stop delivering at once, tell the subscribers."""
@@ -97,7 +97,7 @@ class VCubePS(_Receive):
             out.append(Dropped(topic, held, "unsubscribed before their predecessors arrived"))
         state.buffer, state.early = CausalBuffer(), []
         out.extend(self._flush_held(state))
-        out.extend(self._enqueue(state, op, now))
+        out.extend(self._enqueue(state, op))
         return out
 
     def publish(self, topic: str, payload: bytes, now: float) -> list[Output]:
@@ -119,7 +119,7 @@ class VCubePS(_Receive):
             self._note_own(state, msg)
         out: list[Output] = [Published(topic, mid), Delivered(topic, mid, msg.payload, own=True)]
         out.extend(self._release(state, state.buffer.advance(self.id, self.incarnation, mid.seq)))
-        out.extend(self._enqueue(state, msg, now))
+        out.extend(self._enqueue(state, msg))
         return out
 
     def preset_subscription(

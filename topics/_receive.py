@@ -218,8 +218,7 @@ class _Receive(_Repair):
         ):
             return []  # it came: it is delivered, or held for what it waits for
         state.asked.add(src)
-        state.queue.append(_Announce(src))
-        return self._start_round(state) if state.in_flight is None else []
+        return self._enqueue(state, _Announce(src))
 
     @staticmethod
     def _received_pending(

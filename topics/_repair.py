@@ -78,7 +78,7 @@ class _Repair(_Rounds):
         self._dead[node] = incarnation
         out: list[Output] = []
         for state in self._topics.values():
-            out.extend(self._forget(state, node, incarnation, now))
+            out.extend(self._forget(state, node, incarnation))
         for rid, pending in list(self._pending.items()):
             if node in pending.waiting and self._sent_to_life(pending, node) <= incarnation:
                 out.extend(self._repair_child(rid, pending, node))
@@ -106,10 +106,10 @@ class _Repair(_Rounds):
         out = self.crashed(node, incarnation - 1, now) if incarnation > 0 else []
         for state in self._topics.values():
             if state.subscribed:
-                out.extend(self._enqueue(state, _Announce(node), now))
+                out.extend(self._enqueue(state, _Announce(node)))
         return out
 
-    def _forget(self, state: _Topic, node: int, incarnation: int, now: float) -> list[Output]:
+    def _forget(self, state: _Topic, node: int, incarnation: int) -> list[Output]:
         """Drop ``node`` from ``state``; release what waited on its ops; relay its last round."""
         entry = state.view.get(node)
         if entry is not None and entry.incarnation <= incarnation:
@@ -127,7 +127,7 @@ class _Repair(_Rounds):
             _keep_dead_round(state, stream, messages, relay)
             if relay:
                 self.relayed += 1
-                out.extend(self._enqueue(state, _Relay(messages), now))
+                out.extend(self._enqueue(state, _Relay(messages)))
         return out
 
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:

@@ -214,7 +214,8 @@ class _Rounds(_Announcing):
 
     # ----------------------------------------------------------- source rounds
 
-    def _enqueue(self, state: _Topic, op: QueueItem, now: float) -> list[Output]:
+    def _enqueue(self, state: _Topic, op: QueueItem) -> list[Output]:
+        """Queue ``op``; start it now if no round of this topic is in flight."""
         state.queue.append(op)
         return self._start_round(state) if state.in_flight is None else []
 
@@ -276,8 +277,8 @@ class _Rounds(_Announcing):
             batch = head.messages
             if head.dest is not None:  # one newcomer's copy: no route below it
                 dests = [] if self._known_dead(head.dest) else [(head.dest, ())]
-            elif state.dead_rounds:  # a crash relay names dead rounds as a round does
-                state.queue.extendleft(reversed(self._dead_rounds_ahead(state, batch)))
+            else:  # a crash relay names dead rounds as a round does
+                self._dead_rounds_ahead(state, batch)
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "RELAY", tuple(m.id for m in batch)
         else:
@@ -285,13 +286,12 @@ class _Rounds(_Announcing):
             children = [(c, PubRound(rid, name, batch, share)) for c, share in dests]
             kind, ids = "PUB", tuple(m.id for m in batch)
             state.freeze_round_view()
-            if state.dead_rounds:
-                state.queue.extendleft(reversed(self._dead_rounds_ahead(state, batch)))
+            self._dead_rounds_ahead(state, batch)
         waiting = {c for c, _ in children}
         return children, _Pending(name, kind, None, waiting, ids)
 
-    def _dead_rounds_ahead(self, state: _Topic, batch: tuple[PubMessage, ...]) -> list[_Relay]:
-        """One-destination relays, next in the queue, of the crashed sources'
+    def _dead_rounds_ahead(self, state: _Topic, batch: tuple[PubMessage, ...]) -> None:
+        """Queue next one-destination relays of the crashed sources'
         last rounds ``batch`` names directly, to the subscribers of this
         round whose subscription the crash relay did not reach (they came
         after it).  Such a subscriber would hold the publication naming one
@@ -301,6 +301,8 @@ class _Rounds(_Announcing):
         (0, 5), which names dead node 2's (2, 6), for good).  What of it is
         not owed there is skipped there, or settled (:meth:`_follows_op`).
         Each goes once per subscription (``_DeadRound.reached``)."""
+        if not state.dead_rounds:
+            return
         named = {d for m in batch for d in m.deps}
         view, relays = state.view, []
         for dead in state.dead_rounds.values():
@@ -311,7 +313,7 @@ class _Rounds(_Announcing):
                 if node != self.id and life not in dead.reached:
                     dead.reached.add(life)
                     relays.append(_Relay(dead.messages, node))
-        return relays
+        state.queue.extendleft(reversed(relays))
 
     def _take_batch(self, state: _Topic, head: PubMessage) -> tuple[PubMessage, ...]:
         """``head`` and the publications queued right behind it, within the round limits."""
