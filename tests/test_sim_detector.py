@@ -531,6 +531,13 @@ def test_a_hold_for_a_predecessor_that_predates_the_subscription_ends() -> None:
 # (``VCubePS._sync_frontier``); each failed before.
 
 
+def _via_node0(nodes: int, seed: int, script: Script) -> None:
+    """:func:`_replay` of ``script`` on nodes ``0..nodes-1`` that each know only
+    node 0 at the start (the one-way property's usual introductions)."""
+    intro = {k: [0] for k in range(1, nodes)}
+    _replay(Simulation(list(range(nodes)), seed=seed, detector=FAST, introductions=intro), script)
+
+
 def _flips(node: int, subs: int) -> Script:
     """``subs`` SUB lines of ``node`` at t=0 with an UNS between each two (the
     opening churn of the one-way property's scripts)."""
@@ -557,8 +564,7 @@ def test_a_lonely_subscriber_is_owed_a_publication_that_names_a_dead_stream() ->
         (4935.0, "SUB", 8, "t"),
         (6000.0, "PUB", 2, "t"),
     ]
-    intro = {k: [0] for k in range(1, 10)}
-    _replay(Simulation(list(range(10)), seed=455, detector=FAST, introductions=intro), script)
+    _via_node0(10, 455, script)
 
 
 def test_a_lonely_subscriber_releases_a_hold_on_a_dead_stream() -> None:
@@ -669,8 +675,7 @@ def _one_way_seven(seed: int, tail: Script) -> None:
     """The one-way property's shape: seven nodes that know only node 0, node 0
     flipping its subscription at t=0, node 2 subscribing and publishing."""
     script = [*_flips(0, 3), (0.0, "SUB", 2, "t"), (0.0, "PUB", 2, "t"), *tail]
-    intro = {k: [0] for k in range(1, 7)}
-    _replay(Simulation(list(range(7)), seed=seed, detector=FAST, introductions=intro), script)
+    _via_node0(7, seed, script)
 
 
 def _lines(text: str, ids: Sequence[int] | None = None) -> Script:
@@ -793,8 +798,7 @@ def test_a_frontier_over_a_held_publication_keeps_causal_order() -> None:
         "3057;PUB;3;t 4529;PUB;5;t 4529;PUB;5;t 4800;CRASH;3 5305;CRASH;2 "
         "5762;RECOVER;2 5762;SUB;2;t"
     )
-    intro = {k: [0] for k in range(1, 6)}
-    _replay(Simulation(list(range(6)), seed=0, detector=FAST, introductions=intro), script)
+    _via_node0(6, 0, script)
 
 
 def test_a_frontier_reaches_past_a_gap_the_newcomer_has_the_far_side_of() -> None:
@@ -813,8 +817,7 @@ def test_a_frontier_reaches_past_a_gap_the_newcomer_has_the_far_side_of() -> Non
         "3616;RECOVER;1 3666;SUB;4;t 4383;PUB;5;t 5121;CRASH;6 5143;PUB;3;t 5310;CRASH;4 "
         "5738;RECOVER;4 5738;SUB;4;t"
     )
-    intro = {k: [0] for k in range(1, 8)}
-    _replay(Simulation(list(range(8)), seed=589928, detector=FAST, introductions=intro), script)
+    _via_node0(8, 589928, script)
 
 
 def test_a_frontier_counts_while_the_subscription_waits_for_announces() -> None:
@@ -996,8 +999,7 @@ def test_a_subscriber_skips_what_a_resubscribed_source_published_before() -> Non
         "0;SUB;1;t 0;CRASH;2 0;SUB;3;t 0;PUB;3;t 0;SUB;4;t 228;UNS;3;t 366;SUB;3;t "
         "369;RECOVER;2 409;SUB;0;t 1355;PUB;3;t"
     )
-    intro = {k: [0] for k in range(1, 5)}
-    _replay(Simulation(list(range(5)), seed=1027, detector=FAST, introductions=intro), script)
+    _via_node0(5, 1027, script)
 
 
 def test_a_subscriber_asks_a_source_it_has_no_bound_for() -> None:
@@ -1030,8 +1032,7 @@ def test_a_subscriber_does_not_ask_for_a_bound_below_what_it_holds() -> None:
         "1686.2;SUB;2;t 2236.8;CRASH;1 2504.5;RECOVER;1 2759;SUB;1;t 2810;CRASH;2 "
         "4784;PUB;1;t 4784;PUB;1;t 4944;RECOVER;2 4978;UNS;1;t"
     )
-    intro = {k: [0] for k in range(1, 8)}
-    _replay(Simulation(list(range(8)), seed=346, detector=FAST, introductions=intro), script)
+    _via_node0(8, 346, script)
 
 
 def test_a_crash_relay_sends_ahead_the_dead_rounds_it_names() -> None:
@@ -1072,5 +1073,4 @@ def test_a_run_halts_only_once_every_core_is_idle() -> None:
         "3057;PUB;3;t 4529;PUB;5;t 4529;PUB;5;t 4800;CRASH;3 5331;CRASH;2 "
         "5762;RECOVER;2 5776;UNS;0;t"
     )
-    intro = {k: [0] for k in range(1, 6)}
-    _replay(Simulation(list(range(6)), seed=0, detector=FAST, introductions=intro), script)
+    _via_node0(6, 0, script)
