@@ -34,8 +34,11 @@ round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
 op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
 message  ``[id, payload: bytes, [id, ...], [id, ...], prev]``  ``PubMessage``: payload <=
-                                                               max_payload; deps + op_deps <=
-                                                               max_barrier; prev: -1 or ctr
+         or ``[id, payload, [id, ...], [id, ...], prev, joins]``  max_payload; deps + op_deps <=
+                                                               max_barrier; prev: -1 or ctr;
+                                                               joins (``op_joins``, present
+                                                               only when not 0): 1 ..
+                                                               2**len(op_deps) - 1
 id       ``[source: node, incarnation: ctr, seq: ctr]``        ``causal.MsgId``
 topic    text string                                           1..max_topic_len UTF-8 bytes
 dests    ``[node, ...]``                                       strictly increasing; <=
@@ -346,7 +349,8 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
         append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
 
     for m in messages:
-        append(b"\x85")
+        joins = m.op_joins
+        append(b"\x86" if joins else b"\x85")
         e_id(m.id)
         payload = m.payload
         if type(payload) is bytes and len(payload) < 0x100:
@@ -363,6 +367,8 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
         for i in op_deps:
             e_id(i)
         append(_e_int(m.prev))
+        if joins:
+            append(_e_int(joins))
     return b"".join(out)
 
 
@@ -603,27 +609,32 @@ def _ctr_at(b: bytes, p: int) -> tuple[int, int]:
 _new_tuple = tuple.__new__
 
 
-_MessageMaker = Callable[[MsgId, bytes, tuple[MsgId, ...], tuple[MsgId, ...], int], PubMessage]
+_MessageMaker = Callable[[MsgId, bytes, tuple[MsgId, ...], tuple[MsgId, ...], int, int], PubMessage]
 
 
 def _message_maker() -> _MessageMaker:
     """A constructor of :class:`PubMessage` without the frozen dataclass' ``__init__``
-    (five ``object.__setattr__`` calls): it fills the slots directly.  Falls
+    (six ``object.__setattr__`` calls): it fills the slots directly.  Falls
     back to the class itself if its layout is not the one this code knows."""
-    names = ("id", "payload", "deps", "op_deps", "prev")
+    names = ("id", "payload", "deps", "op_deps", "prev", "op_joins")
     if (
         tuple(f.name for f in fields(PubMessage)) != names
         or getattr(PubMessage, "__slots__", ()) != names
         or hasattr(PubMessage, "__post_init__")
     ):
         return PubMessage
-    set_id, set_payload, set_deps, set_op_deps, set_prev = (
+    set_id, set_payload, set_deps, set_op_deps, set_prev, set_joins = (
         vars(PubMessage)[n].__set__ for n in names
     )
     new = object.__new__
 
     def make(
-        mid: MsgId, payload: bytes, deps: tuple[MsgId, ...], op_deps: tuple[MsgId, ...], prev: int
+        mid: MsgId,
+        payload: bytes,
+        deps: tuple[MsgId, ...],
+        op_deps: tuple[MsgId, ...],
+        prev: int,
+        joins: int,
     ) -> PubMessage:
         m: PubMessage = new(PubMessage)
         set_id(m, mid)
@@ -631,6 +642,7 @@ def _message_maker() -> _MessageMaker:
         set_deps(m, deps)
         set_op_deps(m, op_deps)
         set_prev(m, prev)
+        set_joins(m, joins)
         return m
 
     return make
@@ -704,7 +716,8 @@ def _messages_at(
     make = _new_message
     id_at = _id_at
     for _ in range(n):
-        if b[p] != 0x85:
+        head = b[p]
+        if head != 0x85 and head != 0x86:
             raise _GiveUpError
         mid, p = id_at(b, p + 1, last)
         h = b[p]
@@ -747,10 +760,15 @@ def _messages_at(
             p += 3
         else:
             prev, p = _ctr_at(b, p)
-        items += 9 + 4 * barrier
+        joins = 0
+        if head == 0x86:
+            joins, p = _arg(b, p, 0x00)
+            if not 0 < joins < 1 << len(op_deps):
+                raise _GiveUpError
+        items += 9 + 4 * barrier + (head - 0x85)  # a joins item with 0x86
         if items > budget:
             raise _GiveUpError
-        messages.append(make(mid, payload, deps, op_deps, prev))
+        messages.append(make(mid, payload, deps, op_deps, prev, joins))
         total += size
     if n > 1 and total > lim.max_round_bytes:
         raise _GiveUpError
@@ -1034,7 +1052,10 @@ def _d_dests(v: object, lim: WireLimits) -> tuple[int, ...]:
 
 
 def _d_message(v: object, lim: WireLimits) -> PubMessage:
-    mid, payload, deps, op_deps, prev = _array(v, "message", 5)
+    fields = _array(v, "message")
+    if len(fields) not in (5, 6):
+        raise WireError(f"message: expected 5 or 6 elements, got {len(fields)}")
+    mid, payload, deps, op_deps, prev = fields[:5]
     msg_id = _d_id(mid, "message.id")
     if type(payload) is not bytes:
         raise WireError(f"message.payload: expected a byte string, got {type(payload).__name__}")
@@ -1054,6 +1075,7 @@ def _d_message(v: object, lim: WireLimits) -> PubMessage:
         tuple(_d_id(x, "message.deps[]") for x in d),
         tuple(_d_id(x, "message.op_deps[]") for x in o),
         _int(prev, "message.prev", -1, COUNTER_LIMIT),
+        _int(fields[5], "message.joins", 1, 1 << len(o)) if len(fields) == 6 else 0,
     )
 
 

@@ -1060,6 +1060,42 @@ def test_a_crash_relay_sends_ahead_the_dead_rounds_it_names() -> None:
     _replay(Simulation(ids, seed=33554431, detector=FAST, introductions=intro), script)
 
 
+def test_a_returning_node_learns_the_unsubscriptions_a_publication_names() -> None:
+    """Verify profile, seed 1 (eight nodes; liveness): node 6, back as a new
+    incarnation, holds node 0's (0, 6) for good.  (0, 6) names node 1's and
+    node 3's unsubscriptions, made while node 6 was down: their UNS rounds
+    went to the subscribers of the time, and node 6's SUB round reached only
+    node 2, so nothing else brought node 6 those ops.  A publication now
+    carries the ops it names whole (``PubMessage.op_joins``)."""
+    script = _lines(
+        "0;SUB;3;t 0;CRASH;6 0;CRASH;2 0;SUB;1;t 84;SUB;0;t 84;PUB;0;t 84;UNS;0;t "
+        "84;SUB;0;t 85;UNS;0;t 92;UNS;1;t 100;SUB;0;t 275;UNS;3;t 3422;RECOVER;6 "
+        "4027;RECOVER;2 4067;SUB;6;t 4668;PUB;0;t"
+    )
+    intro = {k: [0] for k in range(1, 8)}
+    intro.update({0: [1], 2: [0, 1]})
+    _replay(Simulation(list(range(8)), seed=1, detector=FAST, introductions=intro), script)
+
+
+def test_a_newcomer_learns_an_unsubscription_of_a_node_it_never_knew() -> None:
+    """Verify profile, seed 5369876 (ten sparse ids, no crash; liveness):
+    node 1024 subscribes and unsubscribes at the start; node 5247, which
+    knows it, learns of the unsubscription after it subscribed and names it
+    in (5247, 1).  Node 3839 never knew node 1024 and waited for that op for
+    good: no round of node 1024's reaches it, and membership converging
+    later brings the node, not its old op."""
+    ids = [61956, 5247, 1279, 0, 3839, 11400714819323198485, 4354685564936845354, 1024,
+           2175, 2657]  # fmt: skip
+    script = _lines(
+        " ".join(f"0;{a};61956;t" for a in ["SUB", "UNS"] * 14)
+        + " 0;SUB;1024;t 0;SUB;61956;t 0;UNS;61956;t 2;UNS;1024;t 3;SUB;1279;t "
+        "3;SUB;61956;t 203;SUB;5247;t 206;SUB;3839;t 1252;PUB;5247;t"
+    )
+    intro = {k: [61956] for k in ids[1:]}
+    intro[5247] = [61956, 1024]
+    _replay(Simulation(ids, seed=5369876, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

@@ -91,6 +91,14 @@ round_ids = st.builds(RoundId, nodes, counters, counters)
 msg_ids = st.builds(MsgId, nodes, counters, counters)
 ops = st.builds(ViewEntry, nodes, counters, counters, st.booleans())
 dests = st.lists(nodes, max_size=6, unique=True).map(lambda d: tuple(sorted(d)))
+
+
+def _with_joins(msg: PubMessage) -> st.SearchStrategy[PubMessage]:
+    """``msg`` with any ``op_joins`` its ``op_deps`` allow."""
+    joins = st.integers(0, (1 << len(msg.op_deps)) - 1)
+    return joins.map(lambda j: dataclasses.replace(msg, op_joins=j))
+
+
 messages = st.builds(
     PubMessage,
     msg_ids,
@@ -98,7 +106,7 @@ messages = st.builds(
     st.lists(msg_ids, max_size=4).map(tuple),
     st.lists(msg_ids, max_size=3).map(tuple),
     st.one_of(st.just(-1), counters),
-)
+).flatmap(_with_joins)
 bound_lists = st.lists(st.builds(Bound, nodes, counters, counters), max_size=4).map(tuple)
 packets: st.SearchStrategy[Packet] = st.one_of(
     st.builds(PubRound, round_ids, topics, st.lists(messages, max_size=4).map(tuple), dests),
@@ -153,7 +161,12 @@ def cbor_tree(p: Packet) -> list[object]:
 
     r = [p.round.source, p.round.incarnation, p.round.number]
     if isinstance(p, PubRound):
-        msgs = [[list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev] for m in p.messages]
+        msgs: list[list[object]] = [
+            [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, m.op_joins][
+                : 6 if m.op_joins else 5
+            ]
+            for m in p.messages
+        ]
         return [0, r, p.topic, msgs, list(p.dests)]
     if isinstance(p, Sub):
         return [1, r, p.topic, op(p.op)]
@@ -309,6 +322,25 @@ def test_a_frontier_past_its_gaps_is_a_seventh_element(kind: str) -> None:
         decode_packets(encode_packets([many]), dataclasses.replace(LIMITS, max_view_entries=2))
 
 
+def test_which_named_ops_are_subscriptions_is_a_sixth_element() -> None:
+    """A message's ``op_joins`` (which of its ``op_deps`` are subscriptions) is
+    a sixth element, left out when 0: one encoding per message, and a
+    message naming only unsubscriptions is the 5-element form of before."""
+    ops = (MsgId(4, 0, 1), MsgId(6, 2, 3))
+    plain = PubMessage(MsgId(3, 1, 9), b"p", (), ops, 8)
+    for joins in range(4):
+        msg = dataclasses.replace(plain, op_joins=joins)
+        packet = PubRound(RoundId(3, 1, 7), "t", (msg,), ())
+        raw = encode_packets([packet])
+        assert len(cbor2.loads(raw)[1][0][3][0]) == (6 if joins else 5)
+        assert decode_packets(raw, LIMITS) == [packet]
+        direct = _decode_direct(raw, LIMITS)
+        assert direct is not None
+        assert direct.packets == [packet]
+    named = dataclasses.replace(plain, op_joins=2).named_ops()
+    assert list(named) == [ViewEntry(4, 0, 1, False), ViewEntry(6, 2, 3, True)]
+
+
 def test_from_config() -> None:
     cfg = PubSubConfig(max_topic_len=9, max_payload=99, max_barrier=7, max_view_entries=5)
     lim = WireLimits.from_config(cfg, max_frame=1000)
@@ -450,6 +482,11 @@ REJECT: dict[str, tuple[bytes, str]] = {
     ),
     "msg id of 2": (body(pub_raw(messages=[msg_raw(deps=[[3, 1]])])), "deps"),
     "message of 4": (body(pub_raw(messages=[msg_raw()[:4]])), "message"),
+    "message of 7": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), 1, 1]])), "message"),
+    "joins of 0": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), 0]])), "joins"),
+    "joins past the ops": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), 2]])), "joins"),
+    "joins without ops": (body(pub_raw(messages=[[*msg_raw(), 1]])), "joins"),
+    "bool joins": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), True]])), "joins"),
     "view too large": (body([3, RID, "t", [OP] * 4, []]), "ACK.view"),
     "bounds too large": (body([3, RID, "t", [], [[1, 2, 3]] * 4]), "ACK.bounds"),
     "bound of 4": (body([3, RID, "t", [], [[1, 2, 3, 4]]]), "bounds"),

@@ -112,7 +112,9 @@ class VCubePS(_Receive):
         if len(state.queue) >= self.config.max_queued_ops:
             raise LocalProtocolError(f"{len(state.queue)} operations already queued on {topic!r}")
         mid = MsgId(self.id, self.incarnation, self._next_seq())
-        msg = PubMessage(mid, bytes(payload), state.barrier.pubs, state.barrier.ops, state.last_pub)
+        ops = state.barrier.ops
+        joins = state.op_joins(ops) if ops else 0
+        msg = PubMessage(mid, bytes(payload), state.barrier.pubs, ops, state.last_pub, joins)
         state.barrier.published(mid)
         state.published, state.last_pub = True, mid.seq
         if not state.preset:

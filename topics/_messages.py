@@ -6,6 +6,7 @@ the round's source, acknowledged by an ACK wave that climbs the same tree.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -62,6 +63,10 @@ class PubMessage:
     ``deps`` are the publications and ``op_deps`` the membership operations
     that directly precede it on its topic; ``prev`` makes per-source FIFO
     delivery explicit even when the previous publication left the barrier.
+    ``op_joins`` says which of ``op_deps`` are subscriptions, so that a
+    publication carries whole the ops it names: a receiver that never heard
+    of one (an unsubscription made before it joined, whose round went to the
+    subscribers of the time) learns it here instead of waiting for it.
     """
 
     id: MsgId
@@ -70,6 +75,14 @@ class PubMessage:
     op_deps: tuple[MsgId, ...] = ()
     prev: int = -1
     """Sequence number of the source's previous publication on the topic (-1: none)."""
+    op_joins: int = 0
+    """Bit ``i`` is set when ``op_deps[i]`` is a subscription, clear for an unsubscription."""
+
+    def named_ops(self) -> Iterator[ViewEntry]:
+        """The membership ops this publication names, whole (see ``op_joins``)."""
+        joins = self.op_joins
+        for i, o in enumerate(self.op_deps):
+            yield ViewEntry(o.source, o.incarnation, o.seq, bool(joins >> i & 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -334,6 +334,18 @@ class _Topic:
         self.view[entry.node] = entry
         self.subs_cache = self.cube_cache = None
 
+    def op_joins(self, ops: tuple[MsgId, ...]) -> int:
+        """``PubMessage.op_joins`` for ``ops`` (this barrier's): the bits of those
+        that are subscriptions.  The barrier keeps each node's newest op, which
+        is its view entry; a node dropped from the view (it crashed) counts as
+        unsubscribed, which is what its op means to anyone who learns it now."""
+        view, bits = self.view, 0
+        for i, op in enumerate(ops):
+            entry = view.get(op.source)
+            if entry is not None and entry.subscribed and entry.op_id == op:
+                bits |= 1 << i
+        return bits
+
     def drop_entry(self, node: int) -> None:
         """Forget ``node`` (it crashed): it is no longer in any tree of this topic."""
         if self.view_shared:
