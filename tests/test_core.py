@@ -804,3 +804,53 @@ def test_a_frontier_mark_follows_a_chain_through_the_members_own_publication() -
     first, beyond = core._sync_frontier(core._topics[T], 3)
     assert first == {(2, 0): p2.seq, (1, 0): p1.seq}
     assert beyond == {}
+
+
+def _steps_except(net: Net, src: int, dst: int) -> None:
+    """Deliver everything on the wire but the packets from ``src`` to ``dst``."""
+    while True:
+        rest = [k for k, w in enumerate(net.wire) if (w.src, w.dst) != (src, dst)]
+        if not rest:
+            return
+        net.step(rest[0])
+
+
+def test_an_announce_bound_keeps_fifo_below_it() -> None:
+    """Node 0 subscribes while nodes 2 and 3 leave node 3 out of its SUB round,
+    so it gets no bound for node 3's stream.  Node 3 publishes (3, 2), which
+    names node 2's (2, 1), still on its way to node 0, then a publication on
+    another topic (seq 3), then (3, 4).  Node 0 holds both of node 3's
+    publications when its announce to node 3 brings the bound 5.  Their
+    sequence numbers are not contiguous, so they were taken for a run with a
+    gap, and the stream jumped to 4 at once: (3, 4) went before (3, 2)."""
+    a, m, n = 0, 2, 3
+    net = Net([a, m, n])
+    net.cores[a].set_overlay(Hypercube([a, m]))
+    for node in (m, n):
+        net.subscribe(node)
+        net.run()
+    net.subscribe(n, "u")
+    net.run()
+    net.cores[m].set_overlay(Hypercube([a, m]))
+    net.subscribe(a)
+    net.run()
+    net.cores[m].set_overlay(Hypercube([a, m, n]))
+    assert (n, 0) not in net.cores[a]._topics[T].bounds
+    first = net.publish(m)  # its copy to node 0 stays on the wire until the end
+    net.deliver(src=m, dst=n)
+    older = net.publish(n)
+    _steps_except(net, m, a)
+    net.publish(n, topic="u")
+    _steps_except(net, m, a)
+    newer = net.publish(n)
+    _steps_except(net, m, a)
+    held = [msg.id for msg in net.cores[a]._topics[T].buffer.items()]
+    assert sorted(held) == [older, newer]
+    assert (older.seq, newer.seq) == (2, 4)
+    net.cores[a].set_overlay(Hypercube([a, m, n]))
+    net._take(a, net.cores[a].joined(n, 0, net._tick()))
+    _steps_except(net, m, a)
+    assert net.cores[a]._topics[T].bounds[(n, 0)] == 5  # the announce's ACK came
+    assert net.delivered(a) == []
+    net.run()
+    assert net.delivered(a) == [first, older, newer]

@@ -81,6 +81,7 @@ class VCubePS(_Receive):
         state.buffer.advance(self.id, self.incarnation, op.rc - 1)
         state.early = []
         state.syncing, state.asked = set(), set()
+        state.bridges = {}
         state.skipped_past = {}
         return self._enqueue(state, op)
 

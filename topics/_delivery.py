@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from causal import Dep, op_stream
+from causal import Dep, MsgId, op_stream
 from topics._base import _CoreBase
 from topics._events import Delivered, Output, Received, Subscribed
 from topics._messages import PubMessage, ViewEntry
@@ -44,6 +44,20 @@ def _predates(state: _Topic, src: int, inc: int, seq: int) -> bool:
     if state.predates and seq < state.predates.get((src, inc), 0):
         return True
     return inc <= state.retired.get(src, -1)
+
+
+def _cross(state: _Topic, mid: MsgId) -> list[PubMessage]:
+    """``mid`` is settled here: if a gap of its stream follows it (a bridge of
+    :meth:`VCubePS._bridge_held`), move the stream's frontier past the gap and
+    return what that releases."""
+    key = _stream_key(mid.source, mid.incarnation)
+    ahead = state.bridges.get(key)
+    to = ahead.pop(mid.seq, None) if ahead else None
+    if to is None:
+        return []
+    if not ahead:
+        del state.bridges[key]
+    return state.buffer.advance(mid.source, mid.incarnation, to)
 
 
 def _note_seen(state: _Topic, msg: PubMessage) -> None:
@@ -292,7 +306,7 @@ class _Delivery(_CoreBase):
         out: list[Output] = []
         work = list(ready)
         barrier, deliver, name = state.barrier, state.buffer.deliver, state.name
-        lonely = state.lonely
+        lonely, bridges = state.lonely, state.bridges
         i = 0
         while i < len(work):
             msg = work[i]
@@ -302,10 +316,14 @@ class _Delivery(_CoreBase):
                 state.blind = state.blind or self._unseen_skip(state, msg)
                 if not self._follows_op(state, msg) and state.blind:
                     work.extend(deliver(mid))  # settled, not delivered: not owed here
+                    if bridges:
+                        work.extend(_cross(state, mid))
                     continue
             barrier.delivered(mid, msg.deps, msg.op_deps)
             out.append(Delivered(name, mid, msg.payload))
             work.extend(deliver(mid))
+            if bridges:
+                work.extend(_cross(state, mid))
         return out
 
     def _follows_op(self, state: _Topic, msg: PubMessage) -> bool:

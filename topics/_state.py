@@ -301,6 +301,10 @@ class _Topic:
     # gave no bound) -> what they waited for: a publication after one of them
     # waits for that instead (see VCubePS._live_deps).  At most SKIPPED_PAST.
     skipped_past: dict[Dep, tuple[Dep, ...]] = field(default_factory=dict)
+    # Per stream, held publications below an announce bound that do not reach
+    # it in one run: seq -> how far the stream's frontier goes once that one
+    # is settled here (VCubePS._bridge_held).  Only entries for held ones.
+    bridges: dict[StreamKey, dict[int, int]] = field(default_factory=dict)
 
     def subscribers(self) -> tuple[int, ...]:
         """The subscribers in the view, sorted (cached until the view changes)."""
