@@ -346,7 +346,9 @@ def test_cases_the_property_test_found(case: str) -> None:
     run_checked(sim)
 
 
-@pytest.mark.parametrize(("seed", "tpp_stdev"), [(47, 25.0), (340, 25.0), (649, 60.0)])
+@pytest.mark.parametrize(
+    ("seed", "tpp_stdev"), [(47, 25.0), (340, 25.0), (649, 60.0), (4691, 60.0)]
+)
 def test_the_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> None:
     """Crash + recovery fuzz runs that broke a guarantee (docs/failures.md).
     Seeds 47 and 340 are the last two of the "2 of 400": a node restarted
@@ -358,7 +360,12 @@ def test_the_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> None:
     source 3's last round, unsubscribed, then heard of 3's crash and did not
     relay that round because it was no longer subscribed, so subscriber 6
     never got (3, 2) and (3, 3) (agreement).  A node now relays the last round
-    of every stream that reached it while its subscription was confirmed."""
+    of every stream that reached it while its subscription was confirmed.
+    Seed 4691 (the same spread, liveness): the three holders of dead node 1's
+    last round queued their crash relays behind rounds of their own that
+    waited on a child crashed unseen, and crashed before sending them; node 6
+    held for good node 8's (8, 3), which names (1, 2).  A crash relay now
+    leaves at once, beside the node's own round (``VCubePS._relay_now``)."""
     from bench.failure_fuzz import run_one
 
     assert run_one(seed, recover=True, tpp_stdev=tpp_stdev)["broke"] == []

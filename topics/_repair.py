@@ -127,7 +127,7 @@ class _Repair(_Rounds):
             _keep_dead_round(state, stream, messages, relay)
             if relay:
                 self.relayed += 1
-                out.extend(self._enqueue(state, _Relay(messages)))
+                out.extend(self._relay_now(state, _Relay(messages)))
         return out
 
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
