@@ -683,6 +683,31 @@ def test_push_is_merged_like_a_reply_and_only_newer_entries_count() -> None:
     assert a.entry(2) == (1, 1)
 
 
+def test_a_reported_suspicion_goes_on_in_answers_to_pulls() -> None:
+    """A suspicion of a node this detector never knew is kept and stamped, so
+    a pull passes it on to a node that does know it (one that learnt of it
+    from a peer record alone may pull only from nodes like this one); it is
+    reported once per incarnation, and a join starts the node afresh."""
+    a = Detector(0, 1)
+    a.join(1, 1, 0.0)
+    outs = a.receive(1, Push(incarnation=1, version=9, entries=(Entry(5, 1, 1),)), 0.5)
+    assert events(outs) == [Reported(5, 1)]
+    assert a.entry(5) is None  # still not a member here
+    probe = Probe(round=1, incarnation=1, version=0, target=a.incarnation, since=0)
+    reply = a.receive(1, probe, 0.6)[0]
+    assert isinstance(reply, SendDetector)
+    assert isinstance(reply.msg, Reply)
+    assert Entry(5, 1, 1) in reply.msg.entries
+    newer = Push(incarnation=1, version=10, entries=(Entry(5, 1, 3),))
+    assert events(a.receive(1, newer, 0.7)) == []  # the same incarnation: reported once
+    later = a.receive(1, Probe(round=2, incarnation=1, version=0, target=1, since=0), 0.8)
+    assert isinstance(later[0], SendDetector)
+    assert isinstance(later[0].msg, Reply)
+    assert Entry(5, 1, 3) in later[0].msg.entries
+    assert events(a.join(5, 2, 0.9)) == [Joined(5, 2)]
+    assert a.entry(5) == (2, 0)
+
+
 def test_push_off_disseminates_by_pulls_only() -> None:
     cfg = DetectorConfig(push=False)
     a = Detector(10, 1, config=cfg)

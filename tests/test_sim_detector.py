@@ -1096,6 +1096,22 @@ def test_a_newcomer_learns_an_unsubscription_of_a_node_it_never_knew() -> None:
     _replay(Simulation(ids, seed=5369876, detector=FAST, introductions=intro), script)
 
 
+def test_a_suspicion_reaches_a_node_that_knew_the_suspect_alone() -> None:
+    """Verify profile, seed 26 (eight nodes; membership never converged):
+    node 3, back at t=1, learnt of node 5 from a peer record; node 5 crashed
+    at 423.  Its testers suspected it and the news reached nodes 1, 2 and 7,
+    which had never known node 5, so they only reported it and kept
+    nothing; node 3 pulls from exactly those three and is not one of node
+    5's testers, so it held node 5 alive for good.  A reported suspicion is
+    now kept and stamped, and goes on in answers to pulls."""
+    script = _lines(
+        "0;SUB;0;t 0;CRASH;1 0;CRASH;7 0;UNS;0;t 0;CRASH;3 0;SUB;0;t 0;UNS;0;t "
+        "0;SUB;0;t 0;UNS;0;t 0;SUB;0;t 0;CRASH;2 1;RECOVER;3 423;CRASH;5 "
+        "1579;RECOVER;7 1947;RECOVER;2 2061;RECOVER;1"
+    )
+    _via_node0(8, 26, script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

@@ -577,8 +577,9 @@ class Detector:
         self._heard: dict[int, int | None] = {}
         self._heard_at: dict[int, float] = {}
         self._heard_any = -math.inf
-        self._reported: dict[int, int] = {}
-        """Per unknown node, the newest suspected incarnation reported (:class:`Reported`)."""
+        self._reported: dict[int, tuple[int, int]] = {}
+        """Per unknown node, the newest suspected entry heard of (:class:`Reported`),
+        stamped like an entry so that pulls pass it on (:meth:`_merge`)."""
         """When a sign of life last came from any node (isolation, :meth:`_expire`)."""
         self._last_tick = -math.inf
         self._view: _View | None = None
@@ -663,6 +664,8 @@ class Detector:
             raise DetectorError("a detector cannot join itself")
         known = self._entries.get(node)
         if known is None:
+            if self._reported.pop(node, None) is not None:
+                self._stamp.pop(node, None)  # a member now: its entry starts unstamped
             self._entries[node] = (incarnation, 0)
             insort(self._correct, node)
             self._invalidate_view()
@@ -992,10 +995,11 @@ class Detector:
         start = bisect_right(self._log, (since, MAX_ID + 1))
         picked: list[Entry] = []
         version = self._version
+        entries, reported = self._entries, self._reported
         for stamped, node in self._log[start:]:
             if self._stamp.get(node) != stamped:
                 continue  # superseded by a later stamp, or the node left
-            picked.append(Entry(node, *self._entries[node]))
+            picked.append(Entry(node, *(entries.get(node) or reported[node])))
             if len(picked) == self._cfg.max_entries:
                 version = stamped
                 break
@@ -1071,8 +1075,27 @@ class Detector:
         if known is not None:
             if (e.incarnation, e.counter) > known:
                 self._set(e.node, (e.incarnation, e.counter), out)
-        elif e.counter & 1 and e.incarnation > self._reported.get(e.node, -1):
-            self._reported[e.node] = e.incarnation
+        elif e.counter & 1:
+            self._note_reported(e, out)
+
+    def _note_reported(self, e: Entry, out: list[DetectorOutput]) -> None:
+        """Keep the suspected entry ``e`` of a node this detector does not know,
+        stamped, so that it goes on in answers to pulls; report each newer
+        incarnation once (:class:`Reported`).
+
+        A node can know a member its pull targets never knew (a peer record
+        came to it alone): if those targets only reported the member's
+        suspicion and kept nothing, their answers never carried it, the
+        member's designated testers were other nodes, and the node held the
+        crashed member alive for good (the one-way property under the verify
+        profile, seed 26: membership never converged)."""
+        old = self._reported.get(e.node)
+        new = (e.incarnation, e.counter)
+        if old is not None and new <= old:
+            return
+        self._reported[e.node] = new
+        self._bump(e.node)
+        if old is None or e.incarnation > old[0]:
             out.append(Reported(e.node, e.incarnation))
 
     def _about_me(self, e: Entry, out: list[DetectorOutput]) -> None:
