@@ -1112,6 +1112,25 @@ def test_a_suspicion_reaches_a_node_that_knew_the_suspect_alone() -> None:
     _via_node0(8, 26, script)
 
 
+def test_a_subscriber_asks_the_source_of_a_publication_a_held_one_names() -> None:
+    """Verify profile, seed 21625 (ten nodes; liveness): node 2's SUB round
+    missed node 5, so it has no bound for node 5's stream; node 5's (5, 3)
+    went to a view without node 2 and reached the others only after node 2
+    was confirmed, so no ACK carried it as ``predates``.  Node 9's (9, 1)
+    names it, and node 2 held (9, 1) for good.  It now asks node 5 for its
+    bound, as it does for a missing predecessor in a source's own stream."""
+    script = _lines(
+        "0;SUB;0;t 0;CRASH;4 0;SUB;6;t 0;PUB;0;t 0;SUB;5;t 0;UNS;5;t 30;SUB;5;t "
+        "102;UNS;0;t 102;SUB;0;t 237;SUB;3;t 250;SUB;1;t 293;SUB;9;t 547;SUB;2;t "
+        "825;SUB;8;t 963;PUB;5;t 1103;UNS;5;t 2269;CRASH;7 4052;RECOVER;7 "
+        "4270;RECOVER;4 5236;PUB;9;t"
+    )
+    intro = {k: [0] for k in range(1, 10)}
+    intro.update({2: [0, 9], 3: [0, 1], 4: [0, 6], 6: [0, 2], 8: [0, 3], 9: [0, 3, 7]})
+    sim = Simulation(list(range(10)), seed=21625, detector=FAST, introductions=intro)
+    _replay(sim, script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

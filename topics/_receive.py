@@ -175,6 +175,8 @@ class _Receive(_Repair):
             out.extend(self._on_publication(state, msg))
         if fresh and state.confirmed:
             out.extend(self._ask_bound(state, fresh[0]))
+            if not state.preset:
+                out.extend(self._ask_dep_bounds(state, fresh))
         children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
         if pending.kind == "SYNC" and not new_op:
@@ -219,6 +221,39 @@ class _Receive(_Repair):
             return []  # it came: it is delivered, or held for what it waits for
         state.asked.add(src)
         return self._enqueue(state, _Announce(src))
+
+    def _ask_dep_bounds(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> list[Output]:
+        """:meth:`_ask_bound` for the other streams a held publication of
+        ``fresh`` names: a publication of a live source this subscription has
+        no bound for, that never came here.  Whether it is owed here only its
+        source can say, so the subscription announces itself there, once, and
+        the bound in the ACK (:meth:`_sync_bound`) settles it: below the bound
+        it predates the subscription, else it is on its way.
+
+        Found by the verify profile (seed 21625, ten nodes, liveness): node 2's
+        SUB round missed node 5, whose (5, 3) went to a view without node 2
+        and reached the others only after node 2 was confirmed, so no ACK
+        carried it as ``predates``; node 9's (9, 1) names it, and node 2 held
+        (9, 1) for good."""
+        out: list[Output] = []
+        bounds, asked, buffer = state.bounds, state.asked, state.buffer
+        for msg in fresh:
+            if not msg.deps or buffer.satisfied(msg.id) or self._skipped(state, msg):
+                continue  # delivered or skipped: nothing waits on it
+            for d in msg.deps:
+                src, inc = d.source, d.incarnation
+                if (
+                    src == self.id
+                    or src in asked
+                    or (src, inc) in bounds  # what it says is owed will come
+                    or self._is_dead(src, inc)
+                    or state.last_rx.get(_stream_key(src, inc), -1) >= d.seq
+                    or buffer.satisfied(d)
+                ):
+                    continue
+                asked.add(src)
+                out.extend(self._enqueue(state, _Announce(src)))
+        return out
 
     @staticmethod
     def _received_pending(
