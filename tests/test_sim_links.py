@@ -187,6 +187,31 @@ def test_a_verdict_on_an_old_life_does_not_cut_the_link_to_the_new_one() -> None
     run_checked(sim)
 
 
+def test_nothing_joins_a_frame_sent_again() -> None:
+    """Found by the property (verify profile, seed 224): node 7's link to node
+    6 breaks while node 6's ack of frame 15 is on its way, so frame 15 is
+    sent again on the new connection; node 7 then forwards node 1's SUB to
+    node 6, and the simulator's coalescer joined it to that resent frame.
+    Node 6 had handled frame 15 and dropped it whole as a duplicate, with
+    the SUB: node 1's round never completed.  The runtime resends a frame's
+    own bytes, so nothing may join a resent frame."""
+    script = [
+        (0.0, "SUB", 1, "t0"), (0.0, "SUB", 7, "t0"), (0.0, "SUB", 5, "t0"),
+        (0.0, "SUB", 8, "t0"), (1.0, "PUB", 7, "t0"), (3.0, "CRASH", 8, ""),
+        (300.0, "UNS", 5, "t0"), (516.7, "SUB", 2, "t0"), (753.0, "SUB", 6, "t0"),
+        (799.5, "SUB", 5, "t0"), (870.2, "SUB", 4, "t0"), (909.2, "UNS", 1, "t0"),
+        (935.8, "SUB", 3, "t0"), (972.0, "SUB", 0, "t0"), (1597.9, "PUB", 0, "t0"),
+        (1921.8, "UNS", 2, "t0"), (2294.9, "SUB", 1, "t0"), (2587.1, "UNS", 4, "t0"),
+        (3093.6, "UNS", 6, "t0"), (3249.1, "CRASH", 3, ""), (4827.0, "UNS", 0, "t0"),
+    ]  # fmt: skip
+    sim = Simulation(list(range(9)), seed=224, detector=FAST)
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    for time, node, other in [(971.0, 2, 0), (4636.0, 4, 5), (5128.0, 1, 0), (5363.0, 7, 6)]:
+        sim.schedule(time, "RESET", node, str(other))
+    run_checked(sim)
+
+
 # ----------------------------------------------------------------- property
 
 
