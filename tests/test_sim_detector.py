@@ -1131,6 +1131,28 @@ def test_a_subscriber_asks_the_source_of_a_publication_a_held_one_names() -> Non
     _replay(sim, script)
 
 
+def test_a_publication_delivered_at_confirmation_is_relayed_after_an_unsubscription() -> None:
+    """Verify profile, seed 425968 (seven sparse ids; liveness): node 1007's
+    last publication reached only node 260346440784, whose subscription was
+    not confirmed yet; it delivered it at its confirmation, then
+    unsubscribed, and at node 1007's crash did not relay it (a stream that
+    reached a subscription before its confirmation was not owed on).  Node
+    3142, owed it, never got it.  What a node delivers is now owed on."""
+    ids = [5611, 3142, 260346440784, 1007, 476296, 0, 2674]
+    script = _lines(
+        "0;SUB;5611;t 0;SUB;3142;t "
+        + " ".join(f"0;{a};260346440784;t" for a in ["SUB", "UNS"] * 4)
+        + " 0;UNS;5611;t 0;SUB;5611;t 0;UNS;5611;t 0;SUB;5611;t 0;SUB;1007;t "
+        "0;UNS;1007;t 0;SUB;1007;t 0;SUB;2674;t 0;UNS;2674;t 0;SUB;2674;t "
+        "142;UNS;5611;t 142;SUB;5611;t 2355;CRASH;2674 2941;UNS;5611;t "
+        "3019;SUB;260346440784;t 3263;PUB;1007;t 3326;CRASH;1007 "
+        "3538;UNS;260346440784;t"
+    )
+    intro = {k: [5611] for k in ids[1:]}
+    intro[5611] = [2674]
+    _replay(Simulation(ids, seed=425968, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had
