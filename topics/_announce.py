@@ -25,9 +25,9 @@ from topics._state import (
     GAP2,
     StreamKey,
     _as_bounds,
+    _held_below,
     _held_through,
     _merge_max,
-    _oldest_held,
     _Pending,
     _stream_key,
     _stream_of,
@@ -231,20 +231,23 @@ class _Announcing(_Aggregation):
         for (node, inc), first in pending.bounds.items():
             if (node, inc) in state.bounds:
                 continue
-            oldest = _oldest_held(state, node, inc, below=first)
-            if oldest is not None and _held_through(state, oldest, first):
-                ready.extend(self._start_stream_at(state, oldest))
+            held = _held_below(state, node, inc, first)
+            if held and _held_through(held, first):
+                ready.extend(self._start_stream_at(state, held[0]))
             else:
                 state.bounds[(node, inc)] = first
-                ready.extend(self._bridge_held(state, node, inc, first))
+                ready.extend(self._bridge_held(state, node, inc, first, held))
         out.extend(self._release(state, ready))
         out.extend(self._unblock_predating(state))
         return out
 
     @staticmethod
-    def _bridge_held(state: _Topic, node: int, inc: int, first: int) -> list[PubMessage]:
+    def _bridge_held(
+        state: _Topic, node: int, inc: int, first: int, held: list[PubMessage]
+    ) -> list[PubMessage]:
         """Settle stream ``(node, inc)`` below an announce bound ``first`` that its
-        held publications do not reach in one run (:func:`_held_through`): what
+        ``held`` publications (:func:`_held_below`) do not reach in one run
+        (:func:`_held_through`): what
         is missing between them never comes, yet what is held goes in FIFO
         order.  The frontier moves to just below the oldest held one, and past
         each gap only once the publication before the gap is settled here
@@ -255,11 +258,6 @@ class _Announcing(_Aggregation):
         ``test_core.py``'s announce-bound case): sequence numbers are not
         contiguous, since ops and other topics share the counter, so a run
         with no gap at all was taken for one with gaps."""
-        held = sorted(
-            (m for m in state.buffer.items()
-             if m.id.source == node and m.id.incarnation == inc and m.id.seq < first),
-            key=lambda m: m.id.seq,
-        )  # fmt: skip
         if not held:
             return state.buffer.advance(node, inc, first - 1)
         ahead: dict[int, int] = {}

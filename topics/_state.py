@@ -402,17 +402,23 @@ def _as_bounds(firsts: dict[tuple[int, int], int]) -> tuple[Bound, ...]:
     return tuple(Bound(n, i, b) for (n, i), b in firsts.items())
 
 
-def _held_through(state: _Topic, oldest: PubMessage, bound: int) -> bool:
-    """Whether every publication of ``oldest``'s stream from it up to ``bound - 1``
-    is held here: only then can the stream start at ``oldest`` below a
-    newcomer's announce bound.  A gap means the held ones came another way (a
-    round repaired through this node as a relay, after a restart) and the
-    gap's rounds never came here: starting there would wait for them forever."""
-    src, inc = oldest.id.source, oldest.id.incarnation
-    seqs = {
-        m.id.seq for m in state.buffer.items() if m.id.source == src and m.id.incarnation == inc
-    }
-    return all(s in seqs for s in range(oldest.id.seq, bound))
+def _held_below(state: _Topic, node: int, inc: int, below: int) -> list[PubMessage]:
+    """The publications of stream ``(node, inc)`` held here below ``below``, oldest first."""
+    held = [m for m in state.buffer.items() if m.id.source == node
+            and m.id.incarnation == inc and m.id.seq < below]  # fmt: skip
+    held.sort(key=lambda m: m.id.seq)
+    return held
+
+
+def _held_through(held: list[PubMessage], bound: int) -> bool:
+    """Whether ``held`` (:func:`_held_below` ``bound``, not empty) is every
+    publication of its stream from the oldest of them up to ``bound - 1``:
+    only then can the stream start there below a newcomer's announce bound.
+    A gap means the held ones came another way (a round repaired through
+    this node as a relay, after a restart) and the gap's rounds never came
+    here: starting there would wait for them forever."""
+    seqs = {m.id.seq for m in held}
+    return all(s in seqs for s in range(held[0].id.seq, bound))
 
 
 def _oldest_held(state: _Topic, node: int, inc: int, below: int | None = None) -> PubMessage | None:
