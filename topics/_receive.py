@@ -207,20 +207,25 @@ class _Receive(_Repair):
         subscribed and sent after node 0 learnt of it, names (0, 4); node 3
         held it for good."""
         src, inc = first.id.source, first.id.incarnation
-        if (
-            first.prev < 0
-            or src == self.id
+        if first.prev < 0 or not self._may_ask(state, src, inc, first.prev):
+            return []
+        if _oldest_held(state, src, inc, below=first.prev + 1):
+            return []  # it came: it is held for what it waits for
+        state.asked.add(src)
+        return self._enqueue(state, _Announce(src))
+
+    def _may_ask(self, state: _Topic, src: int, inc: int, seq: int) -> bool:
+        """Whether this subscription may announce itself to source ``(src, inc)``
+        for the bound that settles its missing ``seq``: another node, alive,
+        not asked before, no bound known (what a bound says is owed will
+        come), and ``seq`` not delivered or skipped here."""
+        return not (
+            src == self.id
             or src in state.asked
             or (src, inc) in state.bounds
             or self._is_dead(src, inc)
-        ):
-            return []
-        if state.buffer.satisfied((src, inc, first.prev)) or _oldest_held(
-            state, src, inc, below=first.prev + 1
-        ):
-            return []  # it came: it is delivered, or held for what it waits for
-        state.asked.add(src)
-        return self._enqueue(state, _Announce(src))
+            or state.buffer.satisfied((src, inc, seq))
+        )
 
     def _ask_dep_bounds(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> list[Output]:
         """:meth:`_ask_bound` for the other streams a held publication of
@@ -236,23 +241,16 @@ class _Receive(_Repair):
         carried it as ``predates``; node 9's (9, 1) names it, and node 2 held
         (9, 1) for good."""
         out: list[Output] = []
-        bounds, asked, buffer = state.bounds, state.asked, state.buffer
         for msg in fresh:
-            if not msg.deps or buffer.satisfied(msg.id) or self._skipped(state, msg):
+            if not msg.deps or state.buffer.satisfied(msg.id) or self._skipped(state, msg):
                 continue  # delivered or skipped: nothing waits on it
             for d in msg.deps:
                 src, inc = d.source, d.incarnation
-                if (
-                    src == self.id
-                    or src in asked
-                    or (src, inc) in bounds  # what it says is owed will come
-                    or self._is_dead(src, inc)
-                    or state.last_rx.get(_stream_key(src, inc), -1) >= d.seq
-                    or buffer.satisfied(d)
-                ):
-                    continue
-                asked.add(src)
-                out.extend(self._enqueue(state, _Announce(src)))
+                if state.last_rx.get(_stream_key(src, inc), -1) >= d.seq:
+                    continue  # it came here
+                if self._may_ask(state, src, inc, d.seq):
+                    state.asked.add(src)
+                    out.extend(self._enqueue(state, _Announce(src)))
         return out
 
     @staticmethod
