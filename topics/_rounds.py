@@ -227,17 +227,27 @@ class _Rounds(_Announcing):
         """
         out: list[Output] = []
         while state.queue and state.in_flight is None:
-            rid = RoundId(self.id, self.incarnation, self._rounds)
-            self._rounds += 1
-            head = state.queue.popleft()
-            children, pending = self._round_for(state, rid, head)
-            out.extend(Send(c, p) for c, p in children)
-            if children:
-                state.in_flight = rid
-                self._track(rid, pending, children)
-            else:
+            rid, sends, pending = self._launch(state, state.queue.popleft())
+            out.extend(sends)
+            if rid is None:
                 out.extend(self._complete(state, pending))
+            else:
+                state.in_flight = rid
         return out
+
+    def _launch(
+        self, state: _Topic, head: QueueItem
+    ) -> tuple[RoundId | None, list[Output], _Pending]:
+        """Number a round of this node starting with ``head`` and send it: its
+        id (``None`` if it reached nobody, so nothing awaits its ACKs), its
+        sends, and its pending record (tracked while ACKs are awaited)."""
+        rid = RoundId(self.id, self.incarnation, self._rounds)
+        self._rounds += 1
+        children, pending = self._round_for(state, rid, head)
+        if not children:
+            return None, [], pending
+        self._track(rid, pending, children)
+        return rid, [Send(c, p) for c, p in children], pending
 
     def _round_for(
         self, state: _Topic, rid: RoundId, head: QueueItem
@@ -350,12 +360,7 @@ class _Rounds(_Announcing):
         source's last round all crashed with the relay queued).  It carries
         another source's stream, so the order of this node's own rounds,
         which per-source FIFO rests on, is not touched."""
-        rid = RoundId(self.id, self.incarnation, self._rounds)
-        self._rounds += 1
-        children, pending = self._round_for(state, rid, relay)
-        out: list[Output] = [Send(c, p) for c, p in children]
-        if children:
-            self._track(rid, pending, children)
+        out = self._launch(state, relay)[1]
         if state.in_flight is None:  # what _round_for queued (dead rounds ahead)
             out.extend(self._start_round(state))
         return out
