@@ -577,10 +577,10 @@ class Detector:
         self._heard: dict[int, int | None] = {}
         self._heard_at: dict[int, float] = {}
         self._heard_any = -math.inf
+        """When a sign of life last came from any node (isolation, :meth:`_expire`)."""
         self._reported: dict[int, tuple[int, int]] = {}
         """Per unknown node, the newest suspected entry heard of (:class:`Reported`),
-        stamped like an entry so that pulls pass it on (:meth:`_merge`)."""
-        """When a sign of life last came from any node (isolation, :meth:`_expire`)."""
+        stamped like an entry so that pulls pass it on (:meth:`_note_reported`)."""
         self._last_tick = -math.inf
         self._view: _View | None = None
         self._pulls: tuple[int, ...] | None = None
