@@ -15,6 +15,7 @@ exactly-once, validity and agreement.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pytest
 from _cli import sim_lines
@@ -25,7 +26,7 @@ from test_failures import failure_scripts, run_checked
 
 from p2p._reliable import ReceiveLog, SendLog
 from p2p.cli import main
-from p2p.sim import DETECTOR, Simulation, check_trace, check_views, legal_script
+from p2p.sim import DETECTOR, Script, Simulation, check_trace, check_views, legal_script
 from topics import RemoteProtocolError
 from vcube import DetectorConfig
 
@@ -59,6 +60,18 @@ def _delivered(sim: Simulation) -> dict[int, list[int]]:
             assert e.seq is not None
             got[e.node].append(e.seq)
     return got
+
+
+def _run_with_resets(
+    sim: Simulation, script: Script, resets: Sequence[tuple[float, int, int]]
+) -> None:
+    """Schedule ``script`` (each payload names its node and time) and the
+    connection resets ``(time, node, other)``, then :func:`run_checked`."""
+    for time, action, node, topic in script:
+        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
+    for time, node, other in resets:
+        sim.schedule(time, "RESET", node, str(other))
+    run_checked(sim)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -180,11 +193,7 @@ def test_a_verdict_on_an_old_life_does_not_cut_the_link_to_the_new_one() -> None
         (3553.0, "RECOVER", 7, ""),
         (3553.0, "SUB", 7, "t0"),
     ]
-    sim = Simulation(list(range(9)), seed=4806, detector=FAST)
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    sim.schedule(0.0, "RESET", 4, "0")
-    run_checked(sim)
+    _run_with_resets(Simulation(list(range(9)), seed=4806, detector=FAST), script, [(0.0, 4, 0)])
 
 
 def test_nothing_joins_a_frame_sent_again() -> None:
@@ -204,12 +213,8 @@ def test_nothing_joins_a_frame_sent_again() -> None:
         (1921.8, "UNS", 2, "t0"), (2294.9, "SUB", 1, "t0"), (2587.1, "UNS", 4, "t0"),
         (3093.6, "UNS", 6, "t0"), (3249.1, "CRASH", 3, ""), (4827.0, "UNS", 0, "t0"),
     ]  # fmt: skip
-    sim = Simulation(list(range(9)), seed=224, detector=FAST)
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    for time, node, other in [(971.0, 2, 0), (4636.0, 4, 5), (5128.0, 1, 0), (5363.0, 7, 6)]:
-        sim.schedule(time, "RESET", node, str(other))
-    run_checked(sim)
+    resets = [(971.0, 2, 0), (4636.0, 4, 5), (5128.0, 1, 0), (5363.0, 7, 6)]
+    _run_with_resets(Simulation(list(range(9)), seed=224, detector=FAST), script, resets)
 
 
 # ----------------------------------------------------------------- property
@@ -239,11 +244,7 @@ def test_guarantees_hold_under_random_resets(data: st.DataObject, seed: int, nto
         script = legal_script(steps)
     resets = data.draw(_resets(ids, 40), label="resets")
     sim = Simulation(ids, seed=seed, detector=FAST)
-    for time, action, node, topic in script:
-        sim.schedule(time, action, node, topic, f"{node}@{time}".encode())
-    for time, node, other in resets:
-        sim.schedule(time, "RESET", node, str(other))
-    run_checked(sim)
+    _run_with_resets(sim, script, resets)
     m = sim.membership_metrics()
     note(repr(sim.link_metrics()))
     note(repr(m))
