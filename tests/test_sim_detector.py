@@ -1153,6 +1153,41 @@ def test_a_publication_delivered_at_confirmation_is_relayed_after_an_unsubscript
     _replay(Simulation(ids, seed=425968, detector=FAST, introductions=intro), script)
 
 
+def test_a_node_back_after_a_crash_gets_the_dead_rounds_its_chain_needs() -> None:
+    """Verify profile, seed 48833 (ten sparse ids; liveness), since crash
+    relays leave at once: node 53504 died while node 199552620 was down,
+    and its last round was relayed before 199552620 came back.  Back and
+    subscribed (lonely: its SUB round reached nobody), 199552620 held
+    (17689172, 3), owed there, behind (580325351, 4), which names (53504, 2);
+    no round named 53504's last round directly (so no dead round went ahead,
+    :meth:`VCubePS._dead_rounds_ahead`) and no member's frontier covered the
+    stream.  The members it meets in announce exchanges now pass their kept
+    dead rounds to its subscription, which settles the stream."""
+    ids = [5189, 199552620, 1815, 53504, 2184739, 158, 580325351, 17689172, 211892368, 1349317]
+    intro = {
+        199552620: [17689172, 5189], 1815: [17689172, 5189], 53504: [5189],
+        2184739: [5189, 580325351], 158: [5189, 1815], 580325351: [199552620, 5189],
+        17689172: [5189], 211892368: [5189], 1349317: [199552620, 5189], 5189: [211892368],
+    }  # fmt: skip
+    script = _lines(
+        "0;SUB;5189;t 0;SUB;580325351;t 0;PUB;580325351;t 0;SUB;53504;t "
+        "0.5;CRASH;158 1;SUB;199552620;t 1;RECOVER;158 77.7;SUB;2184739;t "
+        "98.3;SUB;1349317;t 109.8;SUB;211892368;t 134.2;PUB;5189;t "
+        "213.6;SUB;1815;t 342.5;SUB;158;t 727.3;PUB;580325351;t "
+        "1115.4;PUB;1349317;t 1135.2;PUB;199552620;t 1422.3;SUB;17689172;t "
+        "1494;PUB;211892368;t 1782.5;PUB;5189;t 2126.7;PUB;17689172;t "
+        "2325.1;PUB;158;t 2352.9;PUB;211892368;t 2486.7;PUB;53504;t "
+        "2546.3;PUB;1349317;t 2637.1;PUB;158;t 2661.9;PUB;580325351;t "
+        "2804.4;PUB;53504;t 2832.8;UNS;158;t 2972.5;SUB;158;t "
+        "3025.3;PUB;1815;t 3285.3;PUB;580325351;t 3305.5;PUB;1349317;t "
+        "3701.5;PUB;17689172;t 3840.2;PUB;53504;t 3896.4;CRASH;199552620 "
+        "4054.9;PUB;211892368;t 4296.8;CRASH;53504 4625.3;PUB;5189;t "
+        "5615.9;RECOVER;199552620 5623.9;SUB;199552620;t "
+        "5771.3;CRASH;1349317 5905.1;PUB;17689172;t"
+    )
+    _replay(Simulation(ids, seed=48833, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

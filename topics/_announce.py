@@ -18,7 +18,7 @@ from itertools import pairwise
 from causal import MsgId
 from topics._aggregation import _Aggregation
 from topics._events import Output, Send
-from topics._messages import Ack, Bound, PubMessage, RoundId
+from topics._messages import Ack, Bound, PubMessage, RoundId, ViewEntry
 from topics._state import (
     ANY_OP,
     GAP,
@@ -37,6 +37,11 @@ from topics._state import (
 
 class _Announcing(_Aggregation):
     """Announces, bounds for announcers and frontiers (see the module docstring)."""
+
+    # Defined by _Rounds (topics._rounds), which builds on this class; a real
+    # method, as there, since mypyc's build takes no TYPE_CHECKING stubs.
+    def _dead_rounds_to(self, state: _Topic, entry: ViewEntry) -> list[Output]:
+        raise NotImplementedError
 
     def _note_novel(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
         """Mark, per node, the first of ``fresh`` (one stream, in order) that may
@@ -216,6 +221,7 @@ class _Announcing(_Aggregation):
         out: list[Output] = []
         for entry in (pending.view or {}).values():
             out.extend(self._learn(state, entry))
+            out.extend(self._dead_rounds_to(state, entry))
         own = state.view.get(self.id)
         if own is None or not own.subscribed or pending.ids != (own.op_id,):
             return out  # announced an older op: the bound says nothing of this one

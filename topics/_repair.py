@@ -36,7 +36,7 @@ def _keep_dead_round(
     (:meth:`VCubePS._dead_rounds_ahead`); the oldest goes beyond DEAD_ROUNDS."""
     view = state.view
     reached = {(n, view[n].incarnation) for n in state.subscribers()} if relayed else set()
-    state.dead_rounds[stream] = _DeadRound(messages, reached)
+    state.dead_rounds[stream] = _DeadRound(messages, reached, relayed)
     if len(state.dead_rounds) > DEAD_ROUNDS:
         del state.dead_rounds[next(iter(state.dead_rounds))]
 

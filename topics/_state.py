@@ -175,15 +175,19 @@ class _Relay:
 
 
 class _DeadRound:
-    """A crashed source's last round as this node received it, and the
-    subscriptions (node, incarnation) known to have it (:meth:`VCubePS._dead_rounds_ahead`)."""
+    """A crashed source's last round as this node received it, the
+    subscriptions (node, incarnation) known to have it (:meth:`VCubePS._dead_rounds_ahead`),
+    and whether this node relayed it at the crash (it was owed here)."""
 
-    __slots__ = ("ids", "messages", "reached")
+    __slots__ = ("ids", "messages", "reached", "relayed")
 
-    def __init__(self, messages: tuple[PubMessage, ...], reached: set[tuple[int, int]]) -> None:
+    def __init__(
+        self, messages: tuple[PubMessage, ...], reached: set[tuple[int, int]], relayed: bool
+    ) -> None:
         self.messages = messages
         self.ids = frozenset(m.id for m in messages)
         self.reached = reached
+        self.relayed = relayed
 
 
 @dataclass(frozen=True, slots=True)
