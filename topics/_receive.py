@@ -168,7 +168,7 @@ class _Receive(_Repair):
         if isinstance(packet, Uns):
             new_op = packet.op.newer_than(state.view.get(packet.op.node))
             out.extend(self._learn(state, packet.op))
-            if not packet.dests:  # an announce
+            if not packet.dests and packet.op.node == sender:  # an announce of its own
                 out.extend(self._dead_rounds_to(state, packet.op))
             if packet.predates and state.subscribed and state.lonely:
                 beyond = dict(_bounds_of(packet.beyond))
