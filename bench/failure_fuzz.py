@@ -11,10 +11,18 @@ repository root::
     python -m bench.failure_fuzz                 # 400 runs per mode
     python -m bench.failure_fuzz --runs 50 --out /tmp/f.json
     python -m bench.failure_fuzz --first-seed 400 --runs 400 --tpp-stdev 60
+    python -m bench.failure_fuzz --modes partial --runs 1000
 
 ``--tpp-stdev`` widens the spread of link delays (default 25, the thesis'),
 which makes packets land inside a node's processing window at its crash more
 often (the case issue 21 reported was found with 60).
+
+``--modes`` picks the modes (default ``crash,recover``).  A third one,
+``partial``, is the shape of ``tests/test_sim_detector.py``'s one-way
+property at fuzz speed: crashes and recoveries with the real failure
+detector instead of the oracle, every node started knowing only node 0 (plus
+a few random introductions), node 0 never crashing; it also requires every
+node that is up to end agreeing on who is up.
 
 It prints, per mode, how many runs broke something, by kind, and the
 shortest failing script (replay it with its seed); the JSON has it all.
@@ -33,47 +41,82 @@ from pathlib import Path
 from typing import Any
 
 from p2p.sim import DelayModel, Script, Simulation, check_trace, check_views, legal_script
+from vcube import DetectorConfig
 
 DETECT = [(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]
+DETECTOR = DetectorConfig(interval=200.0, timeout=300.0, attempts=2, max_timeout=2400.0)
+"""The real detector of ``partial`` runs (``tests/test_sim_detector.py``'s ``FAST``)."""
+MODES = ("crash", "recover", "partial")
 
 
-def draw_script(rng: random.Random, n: int, topics: list[str], *, recover: bool) -> Script:
+def draw_script(
+    rng: random.Random, n: int, topics: list[str], *, recover: bool, keep: int | None = None
+) -> Script:
     """Random steps made legal by :func:`p2p.sim.legal_script` (crash on roll 9 while
-    fewer than half the nodes are down)."""
+    fewer than half the nodes are down); node ``keep``, if given, never crashes."""
     steps = [
         (round(rng.uniform(0, 6000), 1), rng.randrange(n), rng.choice(topics), rng.randint(0, 9))
         for _ in range(rng.randint(2 * n, 6 * n))
     ]
+    if keep is not None:
+        steps = [(t, node, topic, 8 if node == keep and roll == 9 else roll)
+                 for t, node, topic, roll in steps]  # fmt: skip
     return legal_script(steps, crash_roll=9, max_down=n // 2, recover=recover)
 
 
-def run_one(seed: int, *, recover: bool, tpp_stdev: float = 25.0) -> dict[str, Any]:
-    """Draw and run case ``seed``; return its script and what broke (kinds)."""
+def run_one(
+    seed: int, *, recover: bool, tpp_stdev: float = 25.0, partial: bool = False
+) -> dict[str, Any]:
+    """Draw and run case ``seed``; return its script and what broke (kinds).
+    ``partial``: the real detector and seed-only introductions (module docstring)."""
     rng = random.Random(seed)
     n = rng.randint(3, 10)
     topics = ["t0", "t1"][: rng.randint(1, 2)]
     detect = rng.choice(DETECT)
-    script = draw_script(rng, n, topics, recover=recover)
-    sim = Simulation(
-        list(range(n)),
-        seed=seed,
-        detect_delay=detect[0],
-        detect_jitter=detect[1],
-        delays=DelayModel(tpp_stdev=tpp_stdev),
-    )
+    delays = DelayModel(tpp_stdev=tpp_stdev)
+    intro: dict[int, set[int]] | None = None
+    if partial:
+        intro = {k: {0} for k in range(1, n)}
+        for _ in range(rng.randint(0, n)):
+            intro.setdefault(rng.randrange(n), set()).add(rng.randrange(n))
+        script = draw_script(rng, n, topics, recover=True, keep=0)
+        sim = Simulation(
+            list(range(n)), seed=seed, detector=DETECTOR, introductions=intro, delays=delays
+        )
+    else:
+        script = draw_script(rng, n, topics, recover=recover)
+        sim = Simulation(
+            list(range(n)),
+            seed=seed,
+            detect_delay=detect[0],
+            detect_jitter=detect[1],
+            delays=delays,
+        )
     for at, action, node, topic in script:
         sim.schedule(at, action, node, topic, f"{node}@{at}".encode())
-    kinds: list[str]
+    found = {"seed": seed, "nodes": n, "script": script, "broke": _check(sim, partial)}
+    if partial:
+        found["introductions"] = {k: sorted(v) for k, v in sorted(intro.items())} if intro else {}
+    else:
+        found["detect"] = detect
+    return found
+
+
+def _check(sim: Simulation, partial: bool) -> list[str]:
+    """Run ``sim`` to its end; the kinds of what broke (empty if nothing)."""
     try:
         sim.run()
         if not sim.quiescent():
-            kinds = ["not-quiescent"]
-        else:
-            found = check_trace(sim.recorder.trace, quiescent=True) + check_views(sim)
-            kinds = sorted({v.kind for v in found})
+            return ["not-quiescent"]
+        found = check_trace(sim.recorder.trace, quiescent=True) + check_views(sim)
+        kinds = {v.kind for v in found}
+        if partial:
+            m = sim.membership_metrics()
+            if not (m["converged"] and m["agreed"]):
+                kinds.add("membership")
+        return sorted(kinds)
     except Exception as exc:  # a crash of a core is a finding too
-        kinds = [f"exception:{type(exc).__name__}"]
-    return {"seed": seed, "nodes": n, "detect": detect, "script": script, "broke": kinds}
+        return [f"exception:{type(exc).__name__}"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,15 +124,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=400, help="runs per mode (default 400)")
     parser.add_argument("--first-seed", type=int, default=0, help="seed of the first run")
     parser.add_argument("--tpp-stdev", type=float, default=25.0, help="stdev of t_pp (25)")
+    parser.add_argument("--modes", default="crash,recover", help="of crash,recover,partial")
     parser.add_argument("--out", type=Path, default=Path("bench/out/failure_fuzz.json"))
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        parser.error(f"--modes takes some of {','.join(MODES)}, got {args.modes!r}")
     result: dict[str, Any] = {}
-    for mode, recover in (("crash", False), ("recover", True)):
+    for mode in modes:
         started = time.monotonic()
         seeds = range(args.first_seed, args.first_seed + args.runs)
-        runs = [run_one(seed, recover=recover, tpp_stdev=args.tpp_stdev) for seed in seeds]
+        runs = [
+            run_one(
+                seed, recover=mode != "crash", tpp_stdev=args.tpp_stdev, partial=mode == "partial"
+            )
+            for seed in seeds
+        ]
         bad = [r for r in runs if r["broke"]]
         kinds = Counter(k for r in bad for k in r["broke"])
         shortest = min(bad, key=lambda r: len(r["script"]), default=None)

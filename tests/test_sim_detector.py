@@ -1188,6 +1188,35 @@ def test_a_node_back_after_a_crash_gets_the_dead_rounds_its_chain_needs() -> Non
     _replay(Simulation(ids, seed=48833, detector=FAST, introductions=intro), script)
 
 
+def test_a_subscription_confirmed_late_asks_the_bounds_of_what_came_early() -> None:
+    """Verify profile, seed 20 (nine sparse ids; a hold from a live source):
+    the seed node's SUB round waited on crashed nodes for some 4,000 u.t.,
+    then on announces.  Meanwhile node 0's (0, 2), which names no op of the
+    seed node's subscription (not owed there), came early; its predecessor
+    (0, 1) predates the subscription and never came, and no ACK brought node
+    0's bound (node 0 had unsubscribed by then, so no announce went there
+    either).  Held for good.  At its confirmation a subscription now asks
+    about what came early as it asks about a round's publications."""
+    ids = [10190074862120, 5490, 1272, 5374566338, 54463, 235977, 33110, 1486874163, 0]
+    intro = {
+        5490: [10190074862120, 1486874163], 1272: [10190074862120, 0],
+        5374566338: [10190074862120], 54463: [10190074862120, 5374566338],
+        235977: [10190074862120, 54463], 33110: [10190074862120, 1486874163],
+        1486874163: [10190074862120, 235977], 0: [10190074862120, 1272],
+        10190074862120: [10190074862120],
+    }  # fmt: skip
+    script = _lines(
+        "0;SUB;0;t 0;SUB;235977;t 0;SUB;5374566338;t 0;PUB;0;t "
+        "0;SUB;54463;t 0;SUB;1272;t 289;CRASH;33110 "
+        "371.8;SUB;10190074862120;t 897.5;PUB;0;t 1001.1;UNS;1272;t "
+        "2424.7;RECOVER;33110 2605.9;UNS;235977;t 2674.6;SUB;5490;t "
+        "2777.1;CRASH;54463 3184.1;UNS;0;t 3924.6;CRASH;235977 "
+        "4417.9;RECOVER;235977"
+    )
+    sim = Simulation(ids, seed=20, detector=FAST, introductions=intro)
+    _replay(sim, script, [(938.8234325141458, 10190074862120, 235977)])
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had
