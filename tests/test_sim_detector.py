@@ -1217,6 +1217,27 @@ def test_a_subscription_confirmed_late_asks_the_bounds_of_what_came_early() -> N
     _replay(sim, script, [(938.8234325141458, 10190074862120, 235977)])
 
 
+def test_a_skipped_publication_that_follows_the_op_still_leads_to_it() -> None:
+    """Verify profile, seed 14619893 (nine nodes, node 0 the seed; liveness):
+    node 5, back as incarnation 2 and subscribed knowing nobody, turned
+    blind.  Node 4's (4, 1), which names node 5's op, came before the
+    confirmation and was skipped under node 4's announce bound; node 0's
+    (0, 4), made after the confirmation and owed there, names (4, 1) but not
+    the op, and was settled undelivered as not following it.  Following is
+    causal: a skipped publication that follows the op now counts too."""
+    intro = {k: [0] for k in range(1, 9)}
+    intro[0] = [0]
+    script = _lines(
+        "0;SUB;4;t 0;SUB;5;t 0;SUB;0;t 0;SUB;6;t 0;SUB;1;t 0;SUB;2;t "
+        "0;SUB;3;t 574.3;SUB;7;t 818.2;UNS;1;t 916.3;UNS;0;t 944.4;CRASH;6 "
+        "1021;CRASH;5 1291.8;CRASH;7 1325.5;SUB;0;t 1620.2;RECOVER;5 "
+        "1627.5;RECOVER;7 2382.7;UNS;3;t 2421.4;PUB;0;t 2452;SUB;5;t "
+        "3404;CRASH;5 3554;RECOVER;5 3640;CRASH;1 3722;SUB;5;t "
+        "4728;PUB;4;t 5409;PUB;0;t"
+    )
+    _replay(Simulation(list(range(9)), seed=14619893, detector=FAST, introductions=intro), script)
+
+
 def test_a_run_halts_only_once_every_core_is_idle() -> None:
     """Verify profile, seed 0 (six nodes; 'did not quiesce'): node 2 comes
     back and gets node 0's UNS round with node 3 as its child; node 3 had

@@ -279,6 +279,7 @@ class _Delivery(_CoreBase):
         if state.lonely:
             _note_seen(state, msg)
             state.blind = state.blind or self._unseen_skip(state, msg)
+            self._note_follower(state, msg)
         # Only what is still missing: the notes stay as small as the gaps.
         deps = self._live_deps(state, msg)
         waits = dict.fromkeys(d for d in deps if not state.buffer.satisfied(d))
@@ -368,6 +369,18 @@ class _Delivery(_CoreBase):
         if found and first is None:
             state.follows[key] = msg.id.seq
         return found
+
+    def _note_follower(self, state: _Topic, msg: PubMessage) -> None:
+        """A skipped ``msg`` that follows this (lonely) subscription's op still
+        makes what names it follow the op (``state.follows``): following is
+        causal, not a matter of delivery.  Verify profile, seed 14619893: a
+        blind subscription skipped node 4's (4, 1), which names its op, under
+        node 4's announce bound, then settled node 0's (0, 4), owed there,
+        which names (4, 1) but not the op, undelivered."""
+        key = _stream_key(msg.id.source, msg.id.incarnation)
+        first = state.follows.get(key)
+        if (first is None or msg.id.seq < first) and self._names_follower(state, msg):
+            state.follows[key] = msg.id.seq
 
     def _names_follower(self, state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg`` names this subscription's op (or a later op of this
