@@ -73,7 +73,9 @@ class _Delivery(_CoreBase):
 
     # Defined by _Receive (topics._receive), which builds on this class; a real
     # method, not a TYPE_CHECKING stub, which mypyc's build does not accept.
-    def _ask_bounds(self, state: _Topic, msgs: tuple[PubMessage, ...]) -> list[Output]:
+    def _ask_bounds(
+        self, state: _Topic, firsts: tuple[PubMessage, ...], msgs: tuple[PubMessage, ...]
+    ) -> list[Output]:
         raise NotImplementedError
 
     def _open(self, state: _Topic) -> list[Output]:
@@ -121,7 +123,8 @@ class _Delivery(_CoreBase):
         for msg in early:
             out.extend(self._consider(state, msg))
         if early:  # what came early was never asked about (found: verify, seed 20)
-            out.extend(self._ask_bounds(state, tuple(early)))
+            came = tuple(early)
+            out.extend(self._ask_bounds(state, came, came))
         return out
 
     def _on_publication(self, state: _Topic, msg: PubMessage) -> list[Output]:

@@ -176,9 +176,7 @@ class _Receive(_Repair):
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
         if fresh and state.confirmed:
-            out.extend(self._ask_bound(state, fresh[0]))
-            if not state.preset:
-                out.extend(self._ask_dep_bounds(state, fresh))
+            out.extend(self._ask_bounds(state, fresh[:1], fresh))
         children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
         if pending.kind == "SYNC" and not new_op:
@@ -194,15 +192,18 @@ class _Receive(_Repair):
         out.extend(self._forward(packet.round, pending, children, packet))
         return out
 
-    def _ask_bounds(self, state: _Topic, msgs: tuple[PubMessage, ...]) -> list[Output]:
-        """What :meth:`_on_round` asks for a round's publications, at the
-        confirmation, for ``msgs`` that came before it: :meth:`_ask_bound`
-        for each and :meth:`_ask_dep_bounds` for them all.  Without it a
-        subscription confirmed late held, for good, a publication that came
-        early and whose predecessor never came (verify profile, seed 20,
-        nine sparse ids: the bound that settles it was never asked)."""
+    def _ask_bounds(
+        self, state: _Topic, firsts: tuple[PubMessage, ...], msgs: tuple[PubMessage, ...]
+    ) -> list[Output]:
+        """The bounds a confirmed subscription asks for on receiving ``msgs``:
+        :meth:`_ask_bound` for each of ``firsts`` (a round's first: the rest
+        of a round follows it; at the confirmation, every publication that
+        came before it) and :meth:`_ask_dep_bounds` for ``msgs``.  Asked at
+        the confirmation too: without it a subscription confirmed late held,
+        for good, a publication that came early and whose predecessor never
+        came (verify profile, seed 20, nine sparse ids)."""
         out: list[Output] = []
-        for msg in msgs:
+        for msg in firsts:
             out.extend(self._ask_bound(state, msg))
         if not state.preset:
             out.extend(self._ask_dep_bounds(state, msgs))
