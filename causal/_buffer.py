@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 Dep = tuple[int, int, int]
 """``(stream, incarnation, need)``; a :class:`~causal.MsgId` is one."""
+_D = TypeVar("_D", bound=Dep)
 
 _RETIRED = 1 << 62
 
@@ -70,11 +71,14 @@ class CausalBuffer(Generic[T]):
     its memory O(streams), not O(messages), on a node that lives long.
     """
 
-    __slots__ = ("_frontier", "_items", "_met", "_next", "_waiters")
+    __slots__ = ("_frontier", "_items", "_last_met", "_met", "_next", "_waiters")
 
     def __init__(self) -> None:
         self._frontier: dict[_Key, int] = {}
         self._met: set[Dep] = set()
+        self._last_met: Collection[Dep] | None = None
+        """The last ``deps`` :meth:`add` found all in ``_met`` (reset when it is emptied):
+        a relay asks :meth:`known_met` of the barrier it just added."""
         self._waiters: dict[_Key, list[tuple[int, int]]] = {}
         """Per frontier key, the ``(need, token)`` of every held item waiting on it, a heap."""
         self._items: dict[int, list[object]] = {}  # token -> [item, missing]
@@ -98,13 +102,22 @@ class CausalBuffer(Generic[T]):
         """Whether every entry of ``deps`` is in ``_met`` (one C-level subset test):
         passed to :meth:`deliver`, or found satisfied by its frontier in
         :meth:`add`.  ``False`` says nothing: ``_met`` may have been emptied."""
-        return self._met.issuperset(deps)
+        return deps is self._last_met or self._met.issuperset(deps)
+
+    def unmet(self, deps: Collection[_D]) -> Collection[_D]:
+        """The entries of ``deps`` not in the met set (:meth:`known_met`), in
+        ``deps``' order (a set's order for a frozenset, whose entries keep their
+        hashes: none is hashed again)."""
+        met = self._met
+        if isinstance(deps, frozenset):
+            return deps.difference(met)
+        return [d for d in deps if d not in met]
 
     def add(self, item: T, deps: Collection[Dep]) -> bool:
         """Hold ``item`` until its dependencies hold; ``True`` if they hold already.
 
-        ``deps`` is iterated twice when some are not known delivered (a list or
-        tuple, not an iterator).  The ``_met`` shortcut only runs once a
+        ``deps`` is iterated twice when some are not known delivered (a list,
+        tuple or frozenset, not an iterator).  The ``_met`` shortcut only runs once a
         delivery was reported through :meth:`deliver` (a caller that names
         publication ids, shared by the messages that depend on them); a caller
         that never does (causal broadcast's fresh clock tuples) pays nothing."""
@@ -113,10 +126,11 @@ class CausalBuffer(Generic[T]):
         pending: Collection[Dep] = deps
         if learn:
             if met.issuperset(deps):
+                self._last_met = deps
                 return True  # the common case: every predecessor was delivered here
             # Usually one or two entries are not met: test membership (C) first
-            # and look up the frontier only for those, in the barrier's order.
-            pending = [d for d in deps if d not in met]
+            # and look up the frontier only for those.
+            pending = self.unmet(deps)
         frontier = self._frontier
         missing: list[Dep] = []
         for dep in pending:
@@ -171,6 +185,7 @@ class CausalBuffer(Generic[T]):
         met.add(mid)
         if len(met) > 2 * len(self._frontier) + _MET_SLACK:  # _trim, inlined (per delivery)
             met.clear()
+            self._last_met = None
         return self.advance(mid[0], mid[1], mid[2])
 
     def _trim(self) -> None:
@@ -178,6 +193,7 @@ class CausalBuffer(Generic[T]):
         frontiers: it refills with what new barriers name (recent ids)."""
         if len(self._met) > 2 * len(self._frontier) + _MET_SLACK:
             self._met.clear()
+            self._last_met = None
 
     def retire_below(self, stream: int, incarnation: int) -> list[T]:
         """Everything of ``stream`` in incarnations older than ``incarnation`` is settled

@@ -614,16 +614,16 @@ _MessageMaker = Callable[[MsgId, bytes, tuple[MsgId, ...], tuple[MsgId, ...], in
 
 def _message_maker() -> _MessageMaker:
     """A constructor of :class:`PubMessage` without the frozen dataclass' ``__init__``
-    (six ``object.__setattr__`` calls): it fills the slots directly.  Falls
+    (an ``object.__setattr__`` per field): it fills the slots directly.  Falls
     back to the class itself if its layout is not the one this code knows."""
-    names = ("id", "payload", "deps", "op_deps", "prev", "op_joins")
+    names = ("id", "payload", "deps", "op_deps", "prev", "op_joins", "_dep_set")
     if (
         tuple(f.name for f in fields(PubMessage)) != names
         or getattr(PubMessage, "__slots__", ()) != names
         or hasattr(PubMessage, "__post_init__")
     ):
         return PubMessage
-    set_id, set_payload, set_deps, set_op_deps, set_prev, set_joins = (
+    set_id, set_payload, set_deps, set_op_deps, set_prev, set_joins, set_dep_set = (
         vars(PubMessage)[n].__set__ for n in names
     )
     new = object.__new__
@@ -643,6 +643,7 @@ def _message_maker() -> _MessageMaker:
         set_op_deps(m, op_deps)
         set_prev(m, prev)
         set_joins(m, joins)
+        set_dep_set(m, None)
         return m
 
     return make

@@ -59,6 +59,7 @@ from topics import (
     VCubePS,
     ViewEntry,
 )
+from topics._messages import DEP_SET_MIN
 from vcube import Hypercube
 
 LIMITS = WireLimits()
@@ -148,6 +149,24 @@ def test_round_trip(seq: list[Packet | Bundle], alive: int | None) -> None:
         assert direct is not None  # the runtime's usual frames take the direct decoder
     if alive is not None:
         assert len(body) == len(encode_packets(seq)) + uint_size(alive)
+
+
+@pytest.mark.parametrize("count", [0, 2, DEP_SET_MIN - 1, DEP_SET_MIN, 40])
+def test_a_decoded_publication_tests_its_barrier_as_a_set_when_long(count: int) -> None:
+    """Both decoders build messages whose cached dependency set is ``deps``'
+    (the direct one fills the slots itself, so it must leave the cache empty)."""
+    deps = tuple(MsgId(i, 0, i % 5) for i in range(count))
+    body = encode_packets([pub(deps=deps)])
+    direct = _decode_direct(body, LIMITS)
+    assert direct is not None
+    for decoded in (decode_body(body, LIMITS), direct):
+        (packet,) = decoded.packets
+        assert isinstance(packet, PubRound)
+        (msg,) = packet.messages
+        assert msg.dep_set() == frozenset(deps)
+        assert msg.dep_set() is msg.dep_set()
+        lookup = msg.dep_lookup()
+        assert lookup is msg.deps if count < DEP_SET_MIN else lookup is msg.dep_set()
 
 
 def cbor_tree(p: Packet) -> list[object]:

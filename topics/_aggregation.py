@@ -32,7 +32,7 @@ def _all_delivered(state: _Topic, first: PubMessage) -> bool:
     Otherwise the answer is ``False`` and the caller checks id by id."""
     if state.bounds or state.predates:
         return False
-    return state.buffer.known_met(first.deps)
+    return state.buffer.known_met(first.dep_lookup())
 
 
 class _Aggregation(_Delivery):
@@ -67,6 +67,10 @@ class _Aggregation(_Delivery):
         held_now: set[int] = set()
         ids = tuple(m.id for m in messages)
         for child, pkt in children:
+            # Without holds for the child and nothing coming, _blockers finds none.
+            if not (coming or child in state.held):
+                ready.setdefault(child, []).append(pkt)
+                continue
             blockers = self._blockers(state, messages[0], coming, child)
             if not blockers:
                 ready.setdefault(child, []).append(pkt)
@@ -103,8 +107,11 @@ class _Aggregation(_Delivery):
         if _all_delivered(state, first):
             return []  # the common case, in one set test instead of a loop over the barrier
         me, received, bounds, dead = self.id, state.last_rx.get, state.bounds, self._dead
+        # Without bounds or predates marks, a met id is not coming, as in
+        # _all_delivered: look only at the others (a few of a long barrier).
+        deps = first.deps if bounds or state.predates else state.buffer.unmet(first.dep_lookup())
         found: list[tuple[MsgId, tuple[int, ...]]] = []
-        for d in first.deps:
+        for d in deps:
             src, inc, seq = d
             if received(src if inc == 0 else (src, inc), -1) >= seq:
                 continue  # received already: the common case, so tested first
@@ -129,7 +136,11 @@ class _Aggregation(_Delivery):
         held = state.held.get(child)
         found: set[MsgId] = set()
         if held is not None:
-            found.update(d for d in first.deps if d in held)
+            deps = first.dep_lookup()
+            if isinstance(deps, frozenset):
+                found.update(deps.intersection(held))  # C-level, no id hashed again
+            else:
+                found.update(d for d in deps if d in held)
         if coming:
             found.update(d for d, kids in coming if child in kids)
         return found

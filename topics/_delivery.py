@@ -11,7 +11,7 @@ skipped publication waited for is waited for by what depends on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from causal import Dep, MsgId, op_stream
 from topics._base import _CoreBase
@@ -244,7 +244,7 @@ class _Delivery(_CoreBase):
                 return True
         return False
 
-    def _live_deps(self, state: _Topic, msg: PubMessage) -> Sequence[Dep]:
+    def _live_deps(self, state: _Topic, msg: PubMessage) -> Collection[Dep]:
         """:func:`_deps` without what can never come: ops of crashed nodes (never
         learned, nor needed) and publications of retired streams (see :meth:`_confirm`).
 
@@ -263,7 +263,7 @@ class _Delivery(_CoreBase):
             or self.incarnation
             or state.retired
         ):
-            return msg.deps  # what _deps and the filters below would give, uncopied
+            return msg.dep_lookup()  # what _deps and the filters below would give, uncopied
         deps = _deps(msg)
         if state.skipped_past:
             past = state.skipped_past
@@ -330,7 +330,7 @@ class _Delivery(_CoreBase):
                     if bridges:
                         work.extend(_cross(state, mid))
                     continue
-            barrier.delivered(mid, msg.deps, msg.op_deps)
+            barrier.delivered(mid, msg.dep_lookup(), msg.op_deps)
             out.append(Delivered(name, mid, msg.payload))
             work.extend(deliver(mid))
             if bridges:

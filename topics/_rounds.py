@@ -323,9 +323,7 @@ class _Rounds(_Announcing):
             if dead.ids.isdisjoint(named):
                 continue
             for node in state.subscribers():
-                life = (node, view[node].incarnation)
-                if node != self.id and life not in dead.reached:
-                    dead.reached.add(life)
+                if node != self.id and dead.reach((node, view[node].incarnation)):
                     relays.append(_Relay(dead.messages, node))
         state.queue.extendleft(reversed(relays))
 
@@ -351,8 +349,7 @@ class _Rounds(_Announcing):
         life = (entry.node, entry.incarnation)
         out: list[Output] = []
         for dead in list(state.dead_rounds.values()):
-            if dead.relayed and life not in dead.reached:
-                dead.reached.add(life)
+            if dead.relayed and dead.reach(life):
                 out.extend(self._relay_now(state, _Relay(dead.messages, entry.node)))
         return out
 

@@ -189,6 +189,14 @@ class _DeadRound:
         self.reached = reached
         self.relayed = relayed
 
+    def reach(self, life: tuple[int, int]) -> bool:
+        """Mark the subscription ``life`` (node, incarnation) as having this
+        round; ``True`` if it was not known to (the caller relays it then)."""
+        if life in self.reached:
+            return False
+        self.reached.add(life)
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class _Announce:
