@@ -22,7 +22,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.sim_speed import PAYLOAD, TOPIC, Case, _workload
+from bench.sim_speed import PAYLOAD, TOPIC, Case, workload
 from causal import CausalBuffer
 from p2p.sim import DelayModel, Simulation
 
@@ -32,7 +32,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "barrier_sizes.json"
 def measure(nodes: int, seed: int) -> dict[str, Any]:
     """Run the workload at ``nodes`` and count ``CausalBuffer.add``'s entries."""
     case = Case("a" if nodes == 64 else "b", "barrier sizes", nodes, 1.0, None, True)
-    subs, pubs = _workload(case, seed)
+    subs, pubs = workload(case, seed)
     counts = [0, 0, 0]  # calls, entries, largest
     original = CausalBuffer.add
 

@@ -96,7 +96,7 @@ def cases(quick: bool) -> list[Case]:
 # ------------------------------------------------------------------ one case
 
 
-def _workload(case: Case, seed: int) -> tuple[list[int], list[tuple[float, int]]]:
+def workload(case: Case, seed: int) -> tuple[list[int], list[tuple[float, int]]]:
     """The subscribers and the ``(time, node)`` publications of ``case``."""
     rng = random.Random(f"sim_speed/{case.key}/{seed}")
     count = max(1, round(case.nodes * case.subscribed))
@@ -112,7 +112,7 @@ def _peak_rss_mb() -> float:
 
 
 def _run_once(case: Case, seed: int) -> dict[str, Any]:
-    subs, pubs = _workload(case, seed)
+    subs, pubs = workload(case, seed)
     gc.collect()
     load = os.getloadavg()[0]
     cpu_started = time.process_time()
