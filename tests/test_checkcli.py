@@ -145,6 +145,20 @@ def test_a_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "cannot open" in out
 
 
+def test_traces_without_events_exit_2_rather_than_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every check holds on nothing: an empty trace (a node run without
+    ``--trace``, a wrong path) must not read as a verified run."""
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for path in paths:
+        path.write_text("\n")
+    code, out = check(paths, capsys)
+    assert code == 2
+    assert "no events" in out
+    assert "OK" not in out
+
+
 def test_a_new_incarnation_in_a_real_trace_is_a_restart(tmp_path: Path) -> None:
     """``p2p node`` traces name nodes in hex and carry ``inc``: a node that comes
     back under a new incarnation starts afresh (subscribing again is legal)."""

@@ -177,3 +177,34 @@ def test_a_bug_keeps_its_traceback() -> None:
 
     with pytest.raises(ExceptionGroup):
         run_cli(bug)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--tpp-mean", "-5"), ("--tpp-stdev", "nan"), ("--tt", "inf")]
+)
+def test_sim_delay_that_is_negative_or_not_finite(tmp_path: Path, flag: str, value: str) -> None:
+    """A negative delay raised a traceback; NaN ran with nonsense latencies and
+    infinity never ended: each is one error line now."""
+    scenario = tmp_path / "s.txt"
+    scenario.write_text("0;SUB;1;t\n10;PUB;1;t;x\n")
+    result = _run("sim", str(scenario), "--nodes", "4", flag, value)
+    name = flag.removeprefix("--").replace("-", "_")
+    assert_one_error_line(result, 2, f"delay parameter {name}", "finite non-negative")
+
+
+@pytest.mark.parametrize("command", [["fleet", "init"], ["fleet", "add-node", "FLEET"]])
+def test_an_empty_directory_argument_writes_nothing_here(
+    tmp_path: Path, fleet: Path, command: list[str]
+) -> None:
+    """``Path("")`` is the current directory: ``p2p fleet add-node FLEET ""``
+    wrote a node's key, certificate and fleet file there."""
+    here = tmp_path / "here"
+    here.mkdir()
+    args = [str(fleet) if a == "FLEET" else a for a in command]
+    result = subprocess.run(
+        [*P2P, *args, ""], capture_output=True, text=True, timeout=60, check=False, cwd=here
+    )
+    assert result.returncode == 2, result.stderr
+    assert "must not be empty" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(here.iterdir()) == []

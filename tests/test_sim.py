@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from p2p import P2PError
+from p2p import P2PError, ScenarioError
 from p2p.sim import DelayModel, Simulation
 from topics import Event, Received, Subscribed
 
@@ -117,6 +117,9 @@ def test_propagation_never_negative() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="non-negative"):
         DelayModel(tt=-1)
+    for bad in (float("nan"), float("inf"), -0.5):
+        with pytest.raises(ScenarioError, match="tpp_mean must be a finite non-negative"):
+            DelayModel(tpp_mean=bad)
     with pytest.raises(P2PError, match="unknown protocol"):
         Simulation([0], protocol="gossip")
     with pytest.raises(P2PError, match="distinct"):

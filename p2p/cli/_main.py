@@ -21,6 +21,7 @@ from p2p._identity import (
     write_atomic,
 )
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
+from p2p.cli._args import path_arg
 from p2p.cli._nodecli import add_parser as add_node_parser
 from p2p.cli._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p.cli._shutdown import run_cli
@@ -108,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {PubSubConfig().max_round_messages}; 1 = the thesis' stop-and-wait)",
     )
     _add_delay_args(sim)
-    sim.add_argument("--metrics", type=Path, help="write METRICS.json here")
-    sim.add_argument("--trace", type=Path, help="write TRACE.jsonl here")
+    sim.add_argument("--metrics", type=path_arg, help="write METRICS.json here")
+    sim.add_argument("--trace", type=path_arg, help="write TRACE.jsonl here")
     sim.add_argument(
         "--oracle-subscriptions",
         action="store_true",
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--messages", type=int, default=256)
     demo.add_argument("--rng-seed", type=int, default=1, help="random seed (default 1)")
     _old_seed_flag(demo)
-    demo.add_argument("--metrics", type=Path, help="write the VCube-PS METRICS.json here")
+    demo.add_argument("--metrics", type=path_arg, help="write the VCube-PS METRICS.json here")
     _add_fleet_parser(sub)
     add_node_parser(sub)
     add_telemetry_parser(sub)
@@ -169,12 +170,12 @@ def _add_fleet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     fleet = sub.add_parser("fleet", help="create fleets and member node identities")
     fsub = fleet.add_subparsers(dest="fleet_command", required=True)
     init = fsub.add_parser("init", help="create a fleet (signing key, or --psk) in FLEET_DIR")
-    init.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
+    init.add_argument("fleet_dir", type=path_arg, metavar="FLEET_DIR")
     init.add_argument("--psk", action="store_true", help="pre-shared-key fleet (quick start)")
     init.add_argument("--name", help="fleet name (default: the directory name)")
     add = fsub.add_parser("add-node", help="create (or re-certify) a member identity in NODE_DIR")
-    add.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
-    add.add_argument("node_dir", type=Path, metavar="NODE_DIR")
+    add.add_argument("fleet_dir", type=path_arg, metavar="FLEET_DIR")
+    add.add_argument("node_dir", type=path_arg, metavar="NODE_DIR")
     add.add_argument("--name", help="node name in its certificate (default: the directory name)")
     add.add_argument(
         "--valid-days",
@@ -183,13 +184,13 @@ def _add_fleet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"certificate lifetime (default {DEFAULT_VALID_DAYS}; run add-node again to renew)",
     )
     show = fsub.add_parser("show", help="print a member node's id (hex) and fleet")
-    show.add_argument("node_dir", type=Path, metavar="NODE_DIR")
+    show.add_argument("node_dir", type=path_arg, metavar="NODE_DIR")
     rev = fsub.add_parser("revoke", help="revoke member nodes (writes FLEET_DIR/revoked.cbor)")
-    rev.add_argument("fleet_dir", type=Path, metavar="FLEET_DIR")
+    rev.add_argument("fleet_dir", type=path_arg, metavar="FLEET_DIR")
     rev.add_argument("nodes", nargs="+", metavar="NODE", help="a node id (hex) or a NODE_DIR")
     rev.add_argument(
         "--to",
-        type=Path,
+        type=path_arg,
         action="append",
         default=[],
         metavar="NODE_DIR",

@@ -35,7 +35,6 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import IO, Any
 
 import trio
@@ -44,13 +43,16 @@ from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._membership import Peer
 from p2p._transport import parse_address, verified_peer
+from p2p.cli._args import path_arg
 from p2p.cli._shutdown import Shutdown, graceful
 from p2p.runtime import Delivery, Node, NodeConfig, Subscription, open_node
 from p2p.runtime._discovery import SERVICE_TYPE, Discovery
 
 
 def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
-    p.add_argument("--identity", type=Path, required=True, help="node directory (fleet add-node)")
+    p.add_argument(
+        "--identity", type=path_arg, required=True, help="node directory (fleet add-node)"
+    )
     p.add_argument("--interface", default="127.0.0.1", help="address to listen and announce on")
     p.add_argument("--port", type=int, default=0, help="TCP port (0: any free port)")
     p.add_argument(
@@ -69,7 +71,7 @@ def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="only errors on stderr")
     p.add_argument("--service-type", default=SERVICE_TYPE, help=argparse.SUPPRESS)
-    p.add_argument("--telemetry", type=Path, metavar="SPOOL_DIR", help="record telemetry here")
+    p.add_argument("--telemetry", type=path_arg, metavar="SPOOL_DIR", help="record telemetry here")
     p.add_argument("--collector", metavar="HOST:PORT", help="upload telemetry to this collector")
 
 
@@ -83,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     node.add_argument("--rate", type=float, default=1.0, help="publications per second")
     node.add_argument("--payload-size", type=int, default=0, help="pad payloads to this size")
     node.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
-    node.add_argument("--trace", type=Path, help="write TRACE.jsonl here")
+    node.add_argument("--trace", type=path_arg, help="write TRACE.jsonl here")
 
     s = sub.add_parser("sub", help="print what topics deliver, one line each")
     _common(s)
@@ -108,7 +110,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
 
     st = sub.add_parser("status", help="list the fleet members seen on an interface")
-    st.add_argument("--identity", type=Path, required=True, help="node directory (fleet add-node)")
+    st.add_argument(
+        "--identity", type=path_arg, required=True, help="node directory (fleet add-node)"
+    )
     st.add_argument("--interface", default="127.0.0.1", help="interface address to watch")
     st.add_argument("--wait", type=float, default=3.0, help="seconds to watch (default 3)")
     st.add_argument("--json", action="store_true", help="one JSON object instead of text")

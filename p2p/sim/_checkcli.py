@@ -5,7 +5,8 @@ invented, delivery only while subscribed, per-source FIFO, causal order per
 topic, crashed nodes inert and, unless ``--safety-only``, validity and
 agreement (every subscription confirmed before a publication delivers it;
 see :mod:`p2p.sim._checks`).  Exit status: 0 when every check holds, 1 with
-a report of the first violations, 2 when a file cannot be read.
+a report of the first violations, 2 when a file cannot be read or no file
+holds an event.
 
 Safety never compares clocks across nodes (happened-before comes from each
 node's order of events and from publications).  Validity does: "confirmed
@@ -81,6 +82,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise P2PError(f"--limit must be >= 0, got {args.limit}")
     loaded, found = check_files(args.traces, liveness=not args.safety_only)
+    if not loaded.lines:
+        # Every check holds vacuously on nothing: a pass here would hide a
+        # node that never wrote its trace (a missing --trace, a wrong path).
+        raise P2PError("no events in the given trace files: nothing to check")
     print(report(loaded, found, limit=args.limit))
     return 1 if found else 0
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
+
+from p2p._errors import ScenarioError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,8 +28,14 @@ class DelayModel:
     """Standard deviation of the propagation time (normal, clipped at 0)."""
 
     def __post_init__(self) -> None:
-        if min(self.tpc, self.tt, self.tpp_mean, self.tpp_stdev) < 0:
-            raise ValueError("delay parameters must be non-negative")
+        # A NaN compares false with everything and an infinity never lets a
+        # packet arrive: both would run silently (or for ever), so say which.
+        for name in ("tpc", "tt", "tpp_mean", "tpp_stdev"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ScenarioError(
+                    f"delay parameter {name} must be a finite non-negative number, got {value!r}"
+                )
 
     def propagation(self, rng: random.Random) -> float:
         """One draw of ``t_pp ~ Normal(mean, stdev)``, never negative."""
