@@ -6,8 +6,9 @@ import threading
 from pathlib import Path
 
 import pytest
+import trio
 
-from p2p import BlockingNode, NodeConfig, NodeError
+from p2p import BlockingNode, NodeConfig, NodeError, open_node
 from p2p._identity import add_node, init_fleet
 from topics import NotSubscribedError
 
@@ -44,10 +45,14 @@ def test_timeouts_misuse_and_close_are_clear_errors(tmp_path: Path) -> None:
     (d,) = _dirs(tmp_path, 1)
     node = BlockingNode(d, NodeConfig(discovery=False))
     sub = node.subscribe("t", timeout=10)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match=r"no delivery on 't' after 0\.1 s"):
         sub.get(timeout=0.1)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError, match=r"1 of 2 members known after 0\.1 s"):
         node.wait_for_members(2, timeout=0.1)
+    with pytest.raises(NodeError, match="timeout must be a non-negative number"):
+        sub.get(timeout=-1)
+    with pytest.raises(NodeError, match="count of at least 1"):
+        node.wait_for_members(0)
     with pytest.raises(NotSubscribedError):
         node.publish("other", b"x")
     sub.unsubscribe()
@@ -83,3 +88,25 @@ def test_the_payload_limit_is_exactly_the_documented_one(tmp_path: Path) -> None
             assert got.payload == b"x" * limit
             with pytest.raises(NodeError, match=f"{limit + 1} bytes exceeds the limit of {limit}"):
                 b.publish("big", b"x" * (limit + 1))
+
+
+@pytest.mark.parametrize(
+    ("interface", "reason"),
+    [("192.0.2.1", "Cannot assign requested address"), ("not an address", "not known")],
+)
+def test_a_node_that_cannot_listen_says_where_and_why(
+    tmp_path: Path, interface: str, reason: str
+) -> None:
+    """It said "Exceptions from Trio nursery (1 sub-exception)"; the async API
+    raised that group itself."""
+    (d,) = _dirs(tmp_path, 1)
+    config = NodeConfig(interface=interface, discovery=False)
+    with pytest.raises(NodeError, match=f"cannot listen on {interface} port 0: .*{reason}"):
+        BlockingNode(d, config)
+
+    async def main() -> None:
+        async with open_node(d, config):
+            raise AssertionError("the node opened")
+
+    with pytest.raises(NodeError, match=f"cannot listen on {interface}"):
+        trio.run(main)

@@ -64,7 +64,7 @@ class BlockingSubscription:
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return None
 
-        return self._owner._call(receive, timeout)
+        return self._owner._call(receive, timeout, f"no delivery on {self.topic!r}")
 
     def iter(self, timeout: float | None = None) -> Iterator[Delivery]:
         """Deliveries until the subscription ends or ``timeout`` passes without one."""
@@ -82,7 +82,7 @@ class BlockingSubscription:
 
     def unsubscribe(self) -> None:
         """Leave the topic; iteration ends."""
-        self._owner._call(lambda: self._owner._live().unsubscribe(self.topic), None)
+        self._owner._call(lambda: self._owner._live().unsubscribe(self.topic), None, "unsubscribe")
 
 
 class BlockingNode:
@@ -154,6 +154,8 @@ class BlockingNode:
 
     def wait_for_members(self, count: int, timeout: float | None = None) -> frozenset[int]:
         """Block until at least ``count`` members are known; ``TimeoutError`` otherwise."""
+        if count < 1:
+            raise NodeError(f"wait_for_members needs a count of at least 1, got {count}")
 
         async def wait() -> frozenset[int]:
             node = self._live()
@@ -161,11 +163,14 @@ class BlockingNode:
                 await trio.sleep(0.05)
             return node.members()
 
-        return self._call(wait, timeout)
+        def short() -> str:
+            return f"{len(self._live().members())} of {count} members known"
+
+        return self._call(wait, timeout, short)
 
     def subscribe(self, topic: str, timeout: float | None = None) -> BlockingSubscription:
         """Join ``topic``; returns once the subscription is acknowledged."""
-        sub = self._call(lambda: self._live().subscribe(topic), timeout)
+        sub = self._call(lambda: self._live().subscribe(topic), timeout, f"subscribe({topic!r})")
         return BlockingSubscription(self, sub)
 
     def publish(
@@ -182,7 +187,10 @@ class BlockingNode:
         subscriber has it.
         """
         data = payload.encode() if isinstance(payload, str) else payload
-        return self._call(lambda: self._live().publish(topic, data, wait_acked=wait_acked), timeout)
+        what = f"publish on {topic!r}" + (" (waiting for every subscriber)" if wait_acked else "")
+        return self._call(
+            lambda: self._live().publish(topic, data, wait_acked=wait_acked), timeout, what
+        )
 
     def close(self) -> None:
         """Stop the node (queued packets get ``drain_timeout`` to leave) and its thread."""
@@ -210,8 +218,16 @@ class BlockingNode:
             raise NodeError("the node is closed")
         return self._node
 
-    def _call(self, fn: Callable[[], Awaitable[T]], timeout: float | None) -> T:
-        """Run ``fn()`` in the node's thread; ``TimeoutError`` after ``timeout`` seconds."""
+    def _call(
+        self,
+        fn: Callable[[], Awaitable[T]],
+        timeout: float | None,
+        what: str | Callable[[], str],
+    ) -> T:
+        """Run ``fn()`` in the node's thread; ``TimeoutError`` after ``timeout`` seconds,
+        saying ``what`` did not happen (a callable is asked at that moment)."""
+        if timeout is not None and not timeout >= 0:  # also NaN
+            raise NodeError(f"timeout must be a non-negative number of seconds, got {timeout}")
 
         async def bounded() -> T:
             with trio.fail_after(float("inf") if timeout is None else timeout):
@@ -220,7 +236,8 @@ class BlockingNode:
         try:
             return trio.from_thread.run(bounded, trio_token=self._token_or_raise())
         except trio.TooSlowError:
-            raise TimeoutError(f"no answer within {timeout} s") from None
+            said = what() if callable(what) else what
+            raise TimeoutError(f"{said} after {timeout} s") from None
         except trio.RunFinishedError:
             raise self._stopped() from self._error
         except trio.Cancelled:

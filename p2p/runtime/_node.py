@@ -357,10 +357,14 @@ async def _open_node(
     node = Node(identity, fleet, cfg, trace)
     follow = cfg.revocation_file
     node._revocation_file = None if follow is None else Path(follow)
+    try:  # here, not inside the nursery: a bind error is one clear NodeError, not a group
+        opened = await trio.open_tcp_listeners(cfg.port, host=cfg.interface)
+    except OSError as exc:  # also socket.gaierror: not an address at all
+        raise NodeError(
+            f"cannot listen on {cfg.interface} port {cfg.port}: {exc.strerror or exc}"
+        ) from exc
     async with trio.open_nursery() as nursery:
-        listeners: list[Any] = await nursery.start(
-            partial(trio.serve_tcp, node.serve, cfg.port, host=cfg.interface)
-        )
+        listeners: list[Any] = await nursery.start(trio.serve_listeners, node.serve, opened)
         node.port = listeners[0].socket.getsockname()[1]
         node._nursery = nursery
         node.record = node._sign_record()
