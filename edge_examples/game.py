@@ -336,6 +336,11 @@ def _procs(args: argparse.Namespace) -> int:
     return max(1, min(os.cpu_count() or 1, -(-int(args.bots) // 8)))
 
 
+def _has_terminal() -> bool:
+    """Whether the interactive modes' curses screen can start (keys in, a screen out)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     return run_cli(partial(_run, args), debug=args.debug, prog="game")
@@ -347,6 +352,18 @@ def _run(args: argparse.Namespace) -> int:
         gmap = GameMap(cols, rows, args.tile_size, args.radius)
         for peer in args.peers:
             parse_address(peer)
+        if args.local and (args.headless or args.identity is not None):
+            other = "--headless" if args.headless else "--identity"
+            raise GameError(f"--local is its own mode (you against bots here), not with {other}")
+        interactive = args.local or (args.identity is not None and not args.headless)
+        if interactive and not _has_terminal():
+            # curses failed deep inside the node's nursery, with a traceback
+            if args.local:
+                raise GameError("--local draws the map in a terminal; without one, use --headless")
+            raise GameError(
+                "--identity without --headless draws the map in a terminal; add --headless"
+                " to run a bot"
+            )
         if args.identity is not None:
             if args.duration <= 0 or not 0 < args.rate <= 100:
                 raise GameError("--duration must be positive and --rate in (0, 100]")

@@ -440,6 +440,22 @@ def test_cli_rejects_bad_arguments() -> None:
         assert "game: error:" in done.stderr
 
 
+def test_interactive_modes_without_a_terminal_say_so(tmp_path: Path) -> None:
+    """``--local`` (and ``--identity`` without ``--headless``) start curses;
+    with no terminal that failed with a traceback from inside the node."""
+    for args, fragment in (
+        (["--local", "--bots", "2"], "--local draws the map in a terminal"),
+        (["--identity", str(tmp_path)], "add --headless to run a bot"),
+        (["--local", "--headless"], "--local is its own mode"),
+    ):
+        done = _game(*args)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert fragment in lines[0]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
