@@ -208,3 +208,21 @@ def test_an_empty_directory_argument_writes_nothing_here(
     assert "must not be empty" in result.stderr
     assert "Traceback" not in result.stderr
     assert list(here.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["--metrics", "--trace"])
+def test_an_output_path_that_cannot_be_written_fails_before_the_run(
+    tmp_path: Path, flag: str
+) -> None:
+    """The simulator wrote its outputs at the end: a bad path lost the whole run."""
+    scenario = tmp_path / "s.txt"
+    scenario.write_text("0;SUB;1;t\n10;PUB;1;t;x\n")
+    missing = tmp_path / "no-such-dir" / "out.json"
+    result = _run("sim", str(scenario), "--nodes", "4", flag, str(missing))
+    assert_one_error_line(result, 2, f"{flag} {missing}", "no directory")
+    assert "publications" not in result.stdout  # nothing ran
+    result = _run("sim", str(scenario), "--nodes", "4", flag, str(tmp_path))
+    assert_one_error_line(result, 2, "is a directory")
+    result = _run("demo", "--metrics", str(missing))
+    assert_one_error_line(result, 2, "no directory")
+    assert "Simulating" not in result.stdout

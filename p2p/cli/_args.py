@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+
+from p2p._errors import P2PError
 
 
 def path_arg(text: str) -> Path:
@@ -14,4 +17,18 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
-__all__ = ["path_arg"]
+def check_output(path: Path | None, flag: str) -> None:
+    """Fail before the work, not after it, when ``path`` cannot be written: a
+    long simulation that ends in "No such file or directory" loses its run."""
+    if path is None:
+        return
+    parent = path.parent
+    if path.is_dir():
+        raise P2PError(f"{flag} {path}: is a directory")
+    if not parent.is_dir():
+        raise P2PError(f"{flag} {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise P2PError(f"{flag} {path}: not writable")
+
+
+__all__ = ["check_output", "path_arg"]

@@ -21,7 +21,7 @@ from p2p._identity import (
     write_atomic,
 )
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
-from p2p.cli._args import path_arg
+from p2p.cli._args import check_output, path_arg
 from p2p.cli._nodecli import add_parser as add_node_parser
 from p2p.cli._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p.cli._shutdown import run_cli
@@ -356,6 +356,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise P2PError(f"--mtu must be between 64 and 1048576 bytes, got {args.mtu}")
     if args.round_messages < 1:
         raise P2PError(f"--round-messages must be >= 1, got {args.round_messages}")
+    check_output(args.metrics, "--metrics")
+    check_output(args.trace, "--trace")
     actions = load_scenario(args.scenario, args.nodes)
     delays = DelayModel(tpc=args.tpc, tt=args.tt, tpp_mean=args.tpp_mean, tpp_stdev=args.tpp_stdev)
     started = time.monotonic()
@@ -434,6 +436,7 @@ def _membership_summary(sim: Simulation) -> str:
 def cmd_demo(args: argparse.Namespace) -> int:
     _refuse_old_seed(args)
     _check_nodes(args.nodes)
+    check_output(args.metrics, "--metrics")
     actions = chat_fleet(args.nodes, seed=args.rng_seed, messages=args.messages)
     print(
         f"Simulating a LAN-chat fleet of {args.nodes} nodes: {len(actions)} scenario events "
