@@ -109,3 +109,6 @@ def test_the_other_snippets_run_in_order(tmp_path: Path) -> None:
     alice = nodes.stdout.splitlines()
     assert any(line.startswith("chat ") and line.endswith(" 1 hello") for line in alice), alice
     assert "each confirmed by 1 other subscriber" in nodes.stderr
+    # A normal exchange logs no warning: alice and bob leave at the same
+    # moment, and each one's LEAVE dial to the other used to warn "cannot reach".
+    assert "WARNING" not in nodes.stderr, nodes.stderr

@@ -53,6 +53,7 @@ class _LinkOwner(Protocol):
     peers: dict[int, Peer]
     quiet: Quiet
     connections: int
+    leaving: bool
     _room: trio.Event
 
     @property
@@ -179,14 +180,19 @@ class _Link:
                 trio.BrokenResourceError,
                 trio.ClosedResourceError,
             ) as exc:
-                self.node.quiet.warn(
-                    ("unreachable", peer.node_id),
-                    "cannot reach %016x at %s:%d: %s",
-                    peer.node_id,
-                    peer.host,
-                    peer.port,
-                    _why(exc),
-                )
+                if self.node.leaving:
+                    # Closing: a peer that left at the same moment refuses the
+                    # dial that carries our LEAVE; not worth a warning.
+                    log.debug("cannot reach %016x while leaving: %s", peer.node_id, _why(exc))
+                else:
+                    self.node.quiet.warn(
+                        ("unreachable", peer.node_id),
+                        "cannot reach %016x at %s:%d: %s",
+                        peer.node_id,
+                        peer.host,
+                        peer.port,
+                        _why(exc),
+                    )
                 if lost and not isinstance(exc, SecurityError | WireError):
                     self.node._unreachable(self.peer_id)  # one hint per lost connection
                 lost = False

@@ -223,6 +223,7 @@ class Node(_Server):
     def _announce_leave(self) -> None:
         """On a clean close: tell every member believed up that this node leaves,
         behind whatever is queued for it (so they do not suspect it)."""
+        self.leaving = True
         if self.detector is None:
             return
         self._detecting.cancel()  # a leaving node accuses nobody (its view no longer matters)

@@ -123,6 +123,8 @@ class _NodeState:
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self._detecting = trio.CancelScope()
         """The detector loop; cancelled when the node starts leaving."""
+        self.leaving = False
+        """A clean close has begun: peers that left too are expected to be unreachable."""
         self.peers = self.machine.peers
         """The newest verified record of each peer (the machine's table)."""
         self.stats: dict[str, int] = dict.fromkeys(
