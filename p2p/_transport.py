@@ -177,6 +177,14 @@ class Quiet:
         self.seen: dict[tuple[str, object], tuple[float, int]] = {}
 
     def warn(self, key: tuple[str, object], msg: str, *args: object) -> None:
+        """A warning, unless one of ``key`` was logged in the last ``interval``."""
+        self._log(logging.WARNING, key, msg, args)
+
+    def error(self, key: tuple[str, object], msg: str, *args: object) -> None:
+        """An error (data lost here, e.g. deliveries dropped), held back like :meth:`warn`."""
+        self._log(logging.ERROR, key, msg, args)
+
+    def _log(self, level: int, key: tuple[str, object], msg: str, args: tuple[object, ...]) -> None:
         now = time.monotonic()
         last, held = self.seen.get(key, (-float("inf"), 0))
         if now - last < self.interval:
@@ -188,7 +196,7 @@ class Quiet:
         self.seen[key] = (now, 0)
         while len(self.seen) > self.limit:
             del self.seen[next(iter(self.seen))]
-        self.logger.warning(msg, *args)
+        self.logger.log(level, msg, *args)
 
 
 class _OncePer(logging.Filter):

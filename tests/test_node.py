@@ -150,6 +150,28 @@ def test_chat_demo_runs_and_checks_itself() -> None:
     assert "deliveries per node: [12, 12, 12, 12]" in proc.stdout
 
 
+def test_an_unread_subscription_drops_with_a_count_and_a_line_not_a_flood(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each dropped delivery logged an error line: a stalled reader under load
+    wrote tens of thousands a second.  Now one line per topic per interval,
+    with the running count, and every drop is still counted."""
+    (d,) = _fleet(tmp_path, 1)
+
+    async def main() -> int:
+        config = dataclasses.replace(_config(), discovery=False, delivery_buffer=4)
+        async with open_node(d, config) as node:
+            sub = await node.subscribe("t")
+            await node.publish_many("t", [b"x"] * 200)  # own deliveries, never read
+            return sub.dropped
+
+    with caplog.at_level(logging.ERROR, logger="p2p.node"):
+        dropped = trio.run(main)
+    assert dropped == 196
+    lines = [r.getMessage() for r in caplog.records if "not being read" in r.getMessage()]
+    assert lines == ["subscription 't' is not being read: deliveries dropped (1 in all)"]
+
+
 def test_outbox_batches_fit_the_frame_and_keep_order() -> None:
     """Queued packets leave in order, each frame within ``max_frame``; a packet that
     can never fit is dropped and counted, not silently lost."""

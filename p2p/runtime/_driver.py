@@ -221,7 +221,14 @@ class _Driver(_NodeState):
         queue = sub._queue  # Subscription._put, inlined: once per delivery
         if len(queue) >= sub._capacity:
             sub.dropped += 1
-            log.error("subscription %r is not being read: delivery dropped", d.topic)
+            # One line per topic per interval, with the count: a stalled reader
+            # under load dropped (and logged) tens of thousands a second.
+            self.quiet.error(
+                ("undelivered", d.topic),
+                "subscription %r is not being read: deliveries dropped (%d in all)",
+                d.topic,
+                sub.dropped,
+            )
             return
         queue.append(
             _new_delivery(d.topic, source, incarnation, seq, payload[_STAMP_SIZE:], d.own, stamp)
