@@ -226,3 +226,29 @@ def test_an_output_path_that_cannot_be_written_fails_before_the_run(
     result = _run("demo", "--metrics", str(missing))
     assert_one_error_line(result, 2, "no directory")
     assert "Simulating" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["telemetry", "collect", "", "--identity", "NODE"], "LANDING_DIR: must not be empty"),
+        (["telemetry", "aggregate", "", "--out", "o"], "LANDING_DIR: must not be empty"),
+        (["telemetry", "generate", "--out", "", "--hours", "1", "--devices", "1"], "--out: must"),
+        (["telemetry", "collect", "land", "--identity", "NODE", "--duration", "-1"], "positive"),
+    ],
+)
+def test_telemetry_paths_and_durations_that_mean_nothing(
+    tmp_path: Path, fleet: Path, args: list[str], fragment: str
+) -> None:
+    """An empty LANDING_DIR collected into the current directory, and a
+    negative --duration ran nothing and exited 0."""
+    here = tmp_path / "here"
+    here.mkdir()
+    argv = [str(fleet / "a") if a == "NODE" else a for a in args]
+    result = subprocess.run(
+        [*P2P, *argv], capture_output=True, text=True, timeout=60, check=False, cwd=here
+    )
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(here.iterdir()) == []

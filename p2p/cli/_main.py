@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from causal import PacketLimits
+from p2p._cliargs import check_output, path_arg
 from p2p._errors import P2PError
 from p2p._identity import (
     DEFAULT_VALID_DAYS,
@@ -21,7 +22,6 @@ from p2p._identity import (
     write_atomic,
 )
 from p2p._revocation import REVOKED_FILE, load_revocations, revoke
-from p2p.cli._args import check_output, path_arg
 from p2p.cli._nodecli import add_parser as add_node_parser
 from p2p.cli._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p.cli._shutdown import run_cli

@@ -39,11 +39,11 @@ from typing import IO, Any
 
 import trio
 
+from p2p._cliargs import path_arg
 from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._membership import Peer
 from p2p._transport import parse_address, verified_peer
-from p2p.cli._args import path_arg
 from p2p.cli._shutdown import Shutdown, graceful
 from p2p.runtime import Delivery, Node, NodeConfig, Subscription, open_node
 from p2p.runtime._discovery import SERVICE_TYPE, Discovery

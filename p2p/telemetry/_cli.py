@@ -19,6 +19,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from p2p._cliargs import nonempty
 from p2p.telemetry._schema import TelemetryError
 
 
@@ -33,8 +34,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Decode, validate and aggregate LANDING_DIR into Parquet tables, "
         "summary.json and report.html under OUT_DIR.",
     )
-    agg.add_argument("landing", metavar="LANDING_DIR", help="landing directory (path or URI)")
-    agg.add_argument("--out", required=True, metavar="OUT_DIR", help="output directory")
+    agg.add_argument(
+        "landing", type=nonempty, metavar="LANDING_DIR", help="landing directory (path or URI)"
+    )
+    agg.add_argument(
+        "--out", type=nonempty, required=True, metavar="OUT_DIR", help="output directory"
+    )
     agg.add_argument(
         "--master", default="local[*]", help="Spark master (default local[*]; e.g. spark://h:7077)"
     )
@@ -57,7 +62,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     gen.add_argument("--devices", type=int, required=True, help="number of devices")
     gen.add_argument("--hours", type=float, required=True, help="hours of telemetry")
-    gen.add_argument("--out", required=True, metavar="LANDING_DIR", help="new or empty directory")
+    gen.add_argument(
+        "--out", type=nonempty, required=True, metavar="LANDING_DIR", help="new or empty directory"
+    )
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--start", metavar="ISO", help="first instant (default 2026-03-02, UTC)")
     gen.add_argument("--window", type=float, default=60.0, help="record window in seconds")
@@ -73,8 +80,10 @@ def _add_collect(tsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Run a collector: devices started with --telemetry SPOOL_DIR "
         "--collector HOST:PORT upload their spools here over fleet connections.",
     )
-    col.add_argument("landing", metavar="LANDING_DIR", help="landing directory")
-    col.add_argument("--identity", required=True, help="the collector's node directory")
+    col.add_argument("landing", type=nonempty, metavar="LANDING_DIR", help="landing directory")
+    col.add_argument(
+        "--identity", type=nonempty, required=True, help="the collector's node directory"
+    )
     col.add_argument("--interface", default="127.0.0.1", help="address to listen on")
     col.add_argument("--port", type=int, default=7478, help="TCP port (default 7478)")
     col.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
@@ -99,6 +108,8 @@ def _collect(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port < 65536:
         raise TelemetryError(f"--port must be in 0..65535, got {args.port}")
+    if args.duration is not None and not args.duration > 0:  # also NaN
+        raise TelemetryError(f"--duration must be positive, got {args.duration}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     identity, fleet = load_node(args.identity)
 

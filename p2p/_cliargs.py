@@ -1,4 +1,4 @@
-"""Argument types shared by the ``p2p`` commands."""
+"""Argument types shared by the ``p2p`` commands (``p2p.cli`` and ``p2p.telemetry``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ from pathlib import Path
 from p2p._errors import P2PError
 
 
+def nonempty(text: str) -> str:
+    """A path (or URI) argument kept as text, which must not be empty: an empty
+    path means the current directory to the code that opens it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def path_arg(text: str) -> Path:
     """A path argument that must not be empty: ``Path("")`` is the current
     directory, so ``p2p fleet add-node FLEET ""`` wrote a node's key there."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    return Path(text)
+    return Path(nonempty(text))
 
 
 def check_output(path: Path | None, flag: str) -> None:
@@ -31,4 +37,4 @@ def check_output(path: Path | None, flag: str) -> None:
         raise P2PError(f"{flag} {path}: not writable")
 
 
-__all__ = ["check_output", "path_arg"]
+__all__ = ["check_output", "nonempty", "path_arg"]
