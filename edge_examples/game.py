@@ -61,7 +61,7 @@ from edge_examples._game_net import (
 )
 from edge_examples._game_run import GameError, RunConfig, make_fleet, profiled, run_headless
 from p2p._identity import load_node
-from p2p.cli import Shutdown, graceful, run_cli
+from p2p.cli import Shutdown, finite, graceful, run_cli
 from p2p.runtime import NodeConfig, open_node, parse_address
 
 DEFAULT_CROWD = "half"
@@ -271,15 +271,15 @@ def _parser() -> argparse.ArgumentParser:
     game.add_argument(
         "--hot-tile", default="", help="COL,ROW of the crowded tile (default: centre)"
     )
-    game.add_argument("--rate", type=float, default=20.0, help="state updates per second (20)")
-    game.add_argument("--duration", type=float, default=60.0, help="seconds of play (60)")
+    game.add_argument("--rate", type=finite, default=20.0, help="state updates per second (20)")
+    game.add_argument("--duration", type=finite, default=60.0, help="seconds of play (60)")
     game.add_argument(
-        "--warmup", type=float, default=2.0, help="seconds left out of latency statistics (2)"
+        "--warmup", type=finite, default=2.0, help="seconds left out of latency statistics (2)"
     )
     game.add_argument("--map", default="4x4", help="tiles across x down (4x4)")
     game.add_argument("--tile-size", type=int, default=8, help="cells per tile side (8)")
     game.add_argument("--radius", type=int, default=1, help="tiles of interest around a player (1)")
-    game.add_argument("--speed", type=float, default=4.0, help="bot speed, cells per second (4)")
+    game.add_argument("--speed", type=finite, default=4.0, help="bot speed, cells per second (4)")
     game.add_argument("--rng-seed", type=int, default=1, help="random seed of the bots (1)")
     game.add_argument("--name", default="", help="your name on the map (LAN mode)")
     run = p.add_argument_group("run")
@@ -315,7 +315,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-mdns", action="store_true", help="LAN mode: seeds only")
     run.add_argument(
         "--settle",
-        type=float,
+        type=finite,
         default=2.0,
         help="LAN mode: seconds spent finding peers before joining tiles (2)",
     )

@@ -52,7 +52,7 @@ from types import FrameType
 
 from p2p import BlockingNode, BlockingSubscription, NodeConfig, P2PError
 from p2p._identity import add_node, init_fleet
-from p2p.cli import INTERRUPTED, add_node_options, node_config, run_cli
+from p2p.cli import INTERRUPTED, add_node_options, finite, node_config, run_cli
 
 log = logging.getLogger("edge_examples.sensor")
 
@@ -338,17 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--topic", default="sensors")
     run = sub.choices["run"]
     run.add_argument("--device", help="device name in readings (default: the node directory)")
-    run.add_argument("--interval", type=float, default=10.0, help="seconds between readings")
+    run.add_argument("--interval", type=finite, default=10.0, help="seconds between readings")
     run.add_argument("--count", type=int, help="stop after this many readings")
     dash = sub.choices["dashboard"]
     dash.add_argument(
         "--silence",
-        type=float,
+        type=finite,
         default=3600.0,
         help="exit after this many seconds without a reading",
     )
     demo = sub.add_parser("demo", help="three sensors and a dashboard on 127.0.0.1")
-    demo.add_argument("--duration", type=float, default=10.0)
+    demo.add_argument("--duration", type=finite, default=10.0)
     return parser
 
 

@@ -30,6 +30,7 @@ import trio
 from p2p import Node, NodeConfig, open_node
 from p2p._errors import P2PError
 from p2p._identity import add_node, init_fleet, load_node
+from p2p.cli import finite
 from p2p.telemetry._collector import Collector, run_collector
 
 ROOMS = ("lobby", "lobby", "lobby", "games", "games", "help")
@@ -95,7 +96,7 @@ async def _chat_fleet(root: Path, nodes: int, duration: float, collector: str) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edge_examples.telemetry_demo")
     parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--duration", type=finite, default=10.0)
     parser.add_argument(
         "--out",
         type=Path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -15,6 +16,18 @@ def nonempty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def finite(text: str) -> float:
+    """A number argument that is finite: ``nan`` passed every ``<= 0`` check and
+    reached trio as a deadline (a traceback); ``inf`` never ends a wait."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def path_arg(text: str) -> Path:
@@ -37,4 +50,4 @@ def check_output(path: Path | None, flag: str) -> None:
         raise P2PError(f"{flag} {path}: not writable")
 
 
-__all__ = ["check_output", "nonempty", "path_arg"]
+__all__ = ["check_output", "finite", "nonempty", "path_arg"]

@@ -8,6 +8,7 @@ import resource
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -180,16 +181,43 @@ def test_a_bug_keeps_its_traceback() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--tpp-mean", "-5"), ("--tpp-stdev", "nan"), ("--tt", "inf")]
+    ("flag", "value", "fragment"),
+    [
+        ("--tpp-mean", "-5", "delay parameter tpp_mean must be a finite non-negative"),
+        ("--tpp-stdev", "nan", "argument --tpp-stdev: must be a finite number"),
+        ("--tt", "inf", "argument --tt: must be a finite number"),
+    ],
 )
-def test_sim_delay_that_is_negative_or_not_finite(tmp_path: Path, flag: str, value: str) -> None:
+def test_sim_delay_that_is_negative_or_not_finite(
+    tmp_path: Path, flag: str, value: str, fragment: str
+) -> None:
     """A negative delay raised a traceback; NaN ran with nonsense latencies and
-    infinity never ended: each is one error line now."""
+    infinity never ended: each is an error, exit 2, now."""
     scenario = tmp_path / "s.txt"
     scenario.write_text("0;SUB;1;t\n10;PUB;1;t;x\n")
     result = _run("sim", str(scenario), "--nodes", "4", flag, value)
-    name = flag.removeprefix("--").replace("-", "_")
-    assert_one_error_line(result, 2, f"delay parameter {name}", "finite non-negative")
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--identity", "NODE", "--wait", "nan"],
+        ["node", "--identity", "NODE", "--duration", "nan"],
+        ["node", "--identity", "NODE", "--settle", "nan", "--duration", "1"],
+        ["node", "--identity", "NODE", "--rate", "inf", "--publish", "t", "--count", "1"],
+        ["telemetry", "collect", "land", "--identity", "NODE", "--duration", "nan"],
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused(fleet: Path, args: list[str]) -> None:
+    """``nan`` passed every ``<= 0`` check and reached trio as a deadline (a
+    traceback); ``--rate nan`` published nothing and exited 0."""
+    result = _run(*[str(fleet / "a") if a == "NODE" else a for a in args])
+    assert result.returncode == 2, result.stderr
+    assert "must be a finite number" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("command", [["fleet", "init"], ["fleet", "add-node", "FLEET"]])
@@ -252,3 +280,23 @@ def test_telemetry_paths_and_durations_that_mean_nothing(
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr
     assert list(here.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["edge_examples.sensor", "run", "--identity", "NODE", "--interval", "nan"],
+        ["edge_examples.telemetry_demo", "--duration", "nan"],
+        ["edge_examples.game", "--headless", "--rate", "inf"],
+    ],
+)
+def test_the_examples_refuse_numbers_that_are_not_finite(fleet: Path, args: list[str]) -> None:
+    """The sensor ran on with ``--interval nan`` publishing nothing; the
+    telemetry demo died with a trio traceback."""
+    argv = [str(fleet / "a") if a == "NODE" else a for a in args]
+    result = subprocess.run(
+        [sys.executable, "-m", *argv], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert "must be a finite number" in result.stderr
+    assert "Traceback" not in result.stderr

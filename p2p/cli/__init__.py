@@ -7,6 +7,7 @@ here, and ends through :func:`run_cli`, so that a user's mistake is one line
 on stderr and an exit status, never a traceback.
 """
 
+from p2p._cliargs import finite
 from p2p.cli._main import build_parser, main
 from p2p.cli._nodecli import _common as add_node_options
 from p2p.cli._nodecli import _config as node_config
@@ -20,6 +21,7 @@ __all__ = [
     "build_parser",
     "check_listen",
     "explain",
+    "finite",
     "graceful",
     "main",
     "node_config",

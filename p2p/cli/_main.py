@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from causal import PacketLimits
-from p2p._cliargs import check_output, path_arg
+from p2p._cliargs import check_output, finite, path_arg
 from p2p._errors import P2PError
 from p2p._identity import (
     DEFAULT_VALID_DAYS,
@@ -48,10 +48,10 @@ def _add_delay_args(p: argparse.ArgumentParser) -> None:
         "--rng-seed", type=int, default=0, help="seed of the simulator's random numbers (default 0)"
     )
     _old_seed_flag(p)
-    p.add_argument("--tpp-mean", type=float, default=100.0, help="mean propagation time t_pp")
-    p.add_argument("--tpp-stdev", type=float, default=25.0, help="stdev of t_pp")
-    p.add_argument("--tpc", type=float, default=1.0, help="processing time t_pc per input")
-    p.add_argument("--tt", type=float, default=1.0, help="transmission time t_t per packet")
+    p.add_argument("--tpp-mean", type=finite, default=100.0, help="mean propagation time t_pp")
+    p.add_argument("--tpp-stdev", type=finite, default=25.0, help="stdev of t_pp")
+    p.add_argument("--tpc", type=finite, default=1.0, help="processing time t_pc per input")
+    p.add_argument("--tt", type=finite, default=1.0, help="transmission time t_t per packet")
 
 
 def _old_seed_flag(p: argparse.ArgumentParser) -> None:
@@ -179,7 +179,7 @@ def _add_fleet_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument("--name", help="node name in its certificate (default: the directory name)")
     add.add_argument(
         "--valid-days",
-        type=float,
+        type=finite,
         default=DEFAULT_VALID_DAYS,
         help=f"certificate lifetime (default {DEFAULT_VALID_DAYS}; run add-node again to renew)",
     )

@@ -39,7 +39,7 @@ from typing import IO, Any
 
 import trio
 
-from p2p._cliargs import path_arg
+from p2p._cliargs import finite, path_arg
 from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._membership import Peer
@@ -65,7 +65,7 @@ def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
     p.add_argument("--no-mdns", action="store_true", help="find peers through --seed only")
     p.add_argument(
         "--settle",
-        type=float,
+        type=finite,
         default=settle,
         help=f"seconds to find peers before subscribing (default {settle})",
     )
@@ -82,16 +82,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     node.add_argument("--subscribe", action="append", default=[], metavar="TOPIC")
     node.add_argument("--publish", metavar="TOPIC", help="publish on TOPIC (subscribes to it)")
     node.add_argument("--count", type=int, default=10, help="publications to make (default 10)")
-    node.add_argument("--rate", type=float, default=1.0, help="publications per second")
+    node.add_argument("--rate", type=finite, default=1.0, help="publications per second")
     node.add_argument("--payload-size", type=int, default=0, help="pad payloads to this size")
-    node.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
+    node.add_argument("--duration", type=finite, help="seconds to run (default: until Ctrl-C)")
     node.add_argument("--trace", type=path_arg, help="write TRACE.jsonl here")
 
     s = sub.add_parser("sub", help="print what topics deliver, one line each")
     _common(s)
     s.add_argument("topics", nargs="+", metavar="TOPIC")
     s.add_argument("--count", type=int, help="exit after this many deliveries")
-    s.add_argument("--duration", type=float, help="exit after this many seconds")
+    s.add_argument("--duration", type=finite, help="exit after this many seconds")
     s.add_argument("--json", action="store_true", help="JSON lines instead of text")
 
     p = sub.add_parser("pub", help="publish messages (arguments, or stdin lines)")
@@ -99,7 +99,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("messages", nargs="*", metavar="MESSAGE", help="default: lines of stdin")
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for acknowledgements"
+        "--timeout", type=finite, default=30.0, help="seconds to wait for acknowledgements"
     )
     p.add_argument(
         "--min-subscribers",
@@ -114,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--identity", type=path_arg, required=True, help="node directory (fleet add-node)"
     )
     st.add_argument("--interface", default="127.0.0.1", help="interface address to watch")
-    st.add_argument("--wait", type=float, default=3.0, help="seconds to watch (default 3)")
+    st.add_argument("--wait", type=finite, default=3.0, help="seconds to watch (default 3)")
     st.add_argument("--json", action="store_true", help="one JSON object instead of text")
     st.add_argument("--service-type", default=SERVICE_TYPE, help=argparse.SUPPRESS)
 

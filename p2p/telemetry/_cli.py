@@ -19,7 +19,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from p2p._cliargs import nonempty
+from p2p._cliargs import finite, nonempty
 from p2p.telemetry._schema import TelemetryError
 
 
@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     agg.add_argument("--since", metavar="ISO", help="first record time kept (date/datetime, UTC)")
     agg.add_argument("--until", metavar="ISO", help="records from this time on are left out")
     agg.add_argument(
-        "--window", type=float, default=3600.0, help="aggregation window in seconds (default 3600)"
+        "--window", type=finite, default=3600.0, help="aggregation window in seconds (default 3600)"
     )
     agg.add_argument("--partitions", type=int, help="decode tasks (default: by size, >= 2/core)")
     agg.add_argument("--driver-memory", default="2g", help="Spark driver memory (default 2g)")
@@ -61,13 +61,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "corrupt records) in the landing layout; deterministic by --seed.",
     )
     gen.add_argument("--devices", type=int, required=True, help="number of devices")
-    gen.add_argument("--hours", type=float, required=True, help="hours of telemetry")
+    gen.add_argument("--hours", type=finite, required=True, help="hours of telemetry")
     gen.add_argument(
         "--out", type=nonempty, required=True, metavar="LANDING_DIR", help="new or empty directory"
     )
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gen.add_argument("--start", metavar="ISO", help="first instant (default 2026-03-02, UTC)")
-    gen.add_argument("--window", type=float, default=60.0, help="record window in seconds")
+    gen.add_argument("--window", type=finite, default=60.0, help="record window in seconds")
     gen.add_argument("--jobs", type=int, help="worker processes (default: one per core)")
     gen.add_argument("--quiet", action="store_true", help="no progress on stderr")
     _add_collect(tsub)
@@ -86,7 +86,7 @@ def _add_collect(tsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     col.add_argument("--interface", default="127.0.0.1", help="address to listen on")
     col.add_argument("--port", type=int, default=7478, help="TCP port (default 7478)")
-    col.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
+    col.add_argument("--duration", type=finite, help="seconds to run (default: until Ctrl-C)")
 
 
 def cmd_telemetry(args: argparse.Namespace) -> int:
