@@ -17,6 +17,7 @@ import dataclasses
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import pytest
 
@@ -243,6 +244,12 @@ def test_topic_name_too_long_or_empty() -> None:
 def test_config_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="max_payload"):
         PubSubConfig(max_payload=0)
+    # max_barrier, max_view_entries and max_queued_ops were not checked at all,
+    # and NaN passed the "<= 0" test of the others.
+    for name in ("max_barrier", "max_view_entries", "max_queued_ops", "max_held"):
+        for bad in (0, -1, float("nan"), 2.5):
+            with pytest.raises(ValueError, match=f"{name} must be a positive int"):
+                PubSubConfig(**cast(dict[str, Any], {name: bad}))
 
 
 # -------------------------------------------------------- SUB and ACK wave

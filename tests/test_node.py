@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import trio
@@ -288,6 +289,19 @@ def test_node_config_rejects_bad_settings() -> None:
     with pytest.raises(NodeError, match="outbox_limit"):
         NodeConfig(outbox_limit=0)
     assert parse_address("[::1]:80") == ("::1", 80)
+    # NaN passed every "< 0" check (and became a trio deadline); floats and
+    # negative sizes were accepted where counts are needed.
+    nan = float("nan")
+    for name, bad in (("max_frame", -1), ("max_frame", nan), ("delivery_buffer", 2.5),
+                      ("max_connections", nan), ("telemetry_max_bytes", float("inf"))):  # fmt: skip
+        with pytest.raises(NodeError, match=f"{name} must be a positive int"):
+            NodeConfig(**cast(dict[str, Any], {name: bad}))
+    with pytest.raises(NodeError, match="max_frame must be at most"):
+        NodeConfig(max_frame=1 << 30)
+    for name in ("drain_timeout", "handshake_timeout", "max_backoff", "seed_interval"):
+        for value in (nan, float("inf"), -1.0):
+            with pytest.raises(NodeError, match=f"{name} must be a finite positive number"):
+                NodeConfig(**cast(dict[str, Any], {name: value}))
 
 
 @pytest.mark.parametrize("policy", ["drop", "backpressure"])

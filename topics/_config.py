@@ -51,8 +51,12 @@ class PubSubConfig:
             "max_payload",
             "max_round_messages",
             "max_round_bytes",
+            "max_barrier",
+            "max_view_entries",
+            "max_queued_ops",
             "max_held",
             "max_pending_rounds",
         ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:  # NaN and floats passed "<= 0"
+                raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -9,6 +9,7 @@ the rest of the runtime never checks a setting again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,23 +104,31 @@ class NodeConfig:
                 raise NodeError("telemetry_collector needs telemetry_dir (the spool to upload)")
         if not 0 <= self.port < 65536:
             raise NodeError(f"port must be in 0..65535, got {self.port}")
-        positive = (
+        counts = (
+            "max_frame",
             "max_connections",
             "max_handshakes",
             "max_handshakes_per_host",
             "outbox_limit",
             "unconfirmed_limit",
             "delivery_buffer",
-            "handshake_timeout",
-            "seed_interval",
-            "telemetry_window",
             "telemetry_max_bytes",
-            "telemetry_upload_interval",
         )
+        for name in counts:  # a float or NaN here broke later comparisons and slicing
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise NodeError(f"{name} must be a positive int, got {value!r}")
+        if self.max_frame > MAX_PLAINTEXT:
+            raise NodeError(f"max_frame must be at most {MAX_PLAINTEXT}, got {self.max_frame}")
+        positive = ("handshake_timeout", "seed_interval", "telemetry_window",
+                    "telemetry_upload_interval")  # fmt: skip
         for name in (*positive, "drain_timeout", "max_backoff"):
             value = getattr(self, name)
-            if value < 0 or (name in positive and value == 0):
-                raise NodeError(f"{name} must be positive, got {value}")
+            # "not >= 0" also refuses NaN, which passed "< 0" and became a trio deadline
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0) or (
+                name in positive and value == 0
+            ):
+                raise NodeError(f"{name} must be a finite positive number, got {value!r}")
         if not self.detector_stretch >= 1:  # also refuses NaN
             raise NodeError(f"detector_stretch must be >= 1, got {self.detector_stretch}")
         try:
