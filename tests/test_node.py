@@ -296,6 +296,8 @@ def test_node_config_rejects_bad_settings() -> None:
                       ("max_connections", nan), ("telemetry_max_bytes", float("inf"))):  # fmt: skip
         with pytest.raises(NodeError, match=f"{name} must be a positive int"):
             NodeConfig(**cast(dict[str, Any], {name: bad}))
+    with pytest.raises(NodeError, match="port must be an int"):
+        NodeConfig(port=cast(int, 1.5))
     with pytest.raises(NodeError, match="max_frame must be at most"):
         NodeConfig(max_frame=1 << 30)
     for name in ("drain_timeout", "handshake_timeout", "max_backoff", "seed_interval"):

@@ -102,8 +102,8 @@ class NodeConfig:
             parse_address(self.telemetry_collector)
             if self.telemetry_dir is None:
                 raise NodeError("telemetry_collector needs telemetry_dir (the spool to upload)")
-        if not 0 <= self.port < 65536:
-            raise NodeError(f"port must be in 0..65535, got {self.port}")
+        if type(self.port) is not int or not 0 <= self.port < 65536:
+            raise NodeError(f"port must be an int in 0..65535, got {self.port!r}")
         counts = (
             "max_frame",
             "max_connections",
