@@ -129,6 +129,18 @@ def test_bad_arguments() -> None:
         sim.schedule(0, "PUB", 7, "t")
     with pytest.raises(P2PError, match="unknown action"):
         sim.schedule(0, "JOIN", 0, "t")
+    # Refused when scheduled, not when run: a NaN time disordered the event
+    # heap, and a str payload failed deep inside the run.
+    for when in (float("nan"), float("inf")):
+        with pytest.raises(P2PError, match="time must be a finite number"):
+            sim.schedule(when, "SUB", 0, "t")
+    with pytest.raises(P2PError, match="SUB needs a topic"):
+        sim.schedule(0, "SUB", 0, "")
+    with pytest.raises(P2PError, match="PUB payload must be bytes, got str"):
+        sim.schedule(0, "PUB", 0, "t", "x")  # type: ignore[arg-type]
+    with pytest.raises(P2PError, match="detect_delay and detect_jitter must be finite"):
+        Simulation([0, 1], detect_delay=float("nan"))
+    assert sim.run() == 0  # nothing was scheduled by the refused calls
 
 
 def test_round_messages_1_is_the_thesis_stop_and_wait(tmp_path: Path) -> None:

@@ -180,8 +180,14 @@ class Simulation:
             header=self.limits.header,
             record_links=record_links,
         )
-        if detect_delay < 0 or detect_jitter < 0:
-            raise P2PError("detect_delay and detect_jitter must be >= 0")
+        if (
+            not (math.isfinite(detect_delay) and math.isfinite(detect_jitter))
+            or min(detect_delay, detect_jitter) < 0
+        ):  # NaN would compare false everywhere and disorder the event heap
+            raise P2PError(
+                f"detect_delay and detect_jitter must be finite and >= 0, "
+                f"got {detect_delay!r} and {detect_jitter!r}"
+            )
         self.config = config
         self.detect_delay = detect_delay
         self.detect_jitter = detect_jitter
@@ -273,6 +279,14 @@ class Simulation:
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
+        # Checked here, not when the event runs: a NaN time disordered the
+        # event heap, and a str payload failed deep inside the run.
+        if not isinstance(time, int | float) or not math.isfinite(time):
+            raise P2PError(f"time must be a finite number, got {time!r}")
+        if action in ("SUB", "UNS", "PUB") and (not isinstance(topic, str) or not topic):
+            raise P2PError(f"{action} needs a topic, got {topic!r}")
+        if action == "PUB" and not isinstance(payload, bytes):
+            raise P2PError(f"PUB payload must be bytes, got {type(payload).__name__}")
         if action == "HINT" and self._members is None:
             raise P2PError("HINT needs the failure detector (--membership detector)")
         other = int(topic) if topic.isdigit() else None
