@@ -230,7 +230,8 @@ async def _chat_interactively(node: Node, room: str) -> None:
     print(f"node {node.id:016x}: discovering peers for 2 s...", file=sys.stderr)
     await trio.sleep(2)
     sub = await node.subscribe(room)
-    print(f"joined {room!r} with {len(node.core.view(room)) - 1} others; type to chat")
+    others = len(node.core.view(room)) - 1
+    print(f"joined {room!r} with {others} others; type to chat, Ctrl-D (end of input) to leave")
     last: list[tuple[str, int]] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_show, sub, last)
