@@ -86,3 +86,18 @@ def test_pub_says_when_nobody_confirmed(tmp_path: Path) -> None:
     assert strict.stderr.splitlines()[-1] == (
         "p2p: error: message 1 was confirmed by 0 other subscribers, fewer than --min-subscribers 1"
     )
+
+
+def test_pub_of_more_lines_than_a_subscription_holds_drops_nothing(tmp_path: Path) -> None:
+    """``p2p pub`` never read its own subscription, so past ``delivery_buffer``
+    (10,000) lines of stdin its own copies were dropped with an error line."""
+    _fleet(tmp_path, ["a"])
+    pub = [*P2P, "pub", "--identity", str(tmp_path / "a"), "room", "--settle", "0",
+           "--no-mdns", "--seed", "127.0.0.1:9"]  # fmt: skip
+    lines = "".join(f"{i}\n" for i in range(12_000))
+    done = subprocess.run(
+        pub, input=lines, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "published 12000 on 'room'" in done.stderr
+    assert "not being read" not in done.stderr

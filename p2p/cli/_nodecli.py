@@ -400,9 +400,14 @@ async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[str]) -
         with stop.scope:
             await _settle(node, args)
             with trio.move_on_after(args.timeout) as waited:
-                await node.subscribe(args.topic)
-                for text in messages:
-                    confirmed.append(await _publish_confirmed(node, args.topic, text))
+                sub = await node.subscribe(args.topic)
+                async with trio.open_nursery() as nursery:
+                    # The publisher's own copies: unread, they filled the
+                    # subscription and logged "deliveries dropped" errors.
+                    nursery.start_soon(_drain, sub, {"delivered": 0})
+                    for text in messages:
+                        confirmed.append(await _publish_confirmed(node, args.topic, text))
+                    nursery.cancel_scope.cancel()
     if stop.signum is not None:
         return stop.exit_code
     if waited.cancelled_caught:
