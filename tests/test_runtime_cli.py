@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -101,3 +102,21 @@ def test_pub_of_more_lines_than_a_subscription_holds_drops_nothing(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert "published 12000 on 'room'" in done.stderr
     assert "not being read" not in done.stderr
+
+
+def test_pub_takes_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    """Undecodable stdin (or argv) raised a UnicodeEncodeError traceback; a
+    payload is bytes, published as given."""
+    _fleet(tmp_path, ["a"])
+    pub = [*P2P, "pub", "--identity", str(tmp_path / "a"), "room", "--settle", "0",
+           "--no-mdns", "--seed", "127.0.0.1:9"]  # fmt: skip
+    done = subprocess.run(pub, input=b"caf\xc3\xa9\n\xff\xfe\n", capture_output=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert b"published 2 on 'room'" in done.stderr
+    at = pub.index("room") + 1  # MESSAGE right after TOPIC
+    with_arg = [*pub[:at], os.fsdecode(b"arg\xff"), *pub[at:]]
+    arg = subprocess.run(with_arg, capture_output=True, timeout=60, check=False)
+    assert arg.returncode == 0, arg.stderr
+    assert b"Traceback" not in arg.stderr
+    assert b"published 1 on 'room'" in arg.stderr

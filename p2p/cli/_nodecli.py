@@ -29,6 +29,7 @@ import base64
 import errno
 import json
 import logging
+import os
 import resource
 import socket
 import sys
@@ -383,18 +384,22 @@ def cmd_pub(args: argparse.Namespace) -> int:
         raise P2PError("--timeout must be positive")
     if args.min_subscribers < 0:
         raise P2PError("--min-subscribers must be non-negative")
-    messages = list(args.messages) or [line.rstrip("\n") for line in sys.stdin]
+    # Bytes as given: argv and stdin need not be UTF-8 (undecodable input
+    # raised a UnicodeEncodeError traceback when the text was encoded back).
+    messages = [os.fsencode(m) for m in args.messages] or [
+        line.rstrip(b"\n") for line in sys.stdin.buffer
+    ]
     if not messages:
         raise P2PError("nothing to publish (no MESSAGE arguments and empty stdin)")
     limit = cfg.pubsub.max_payload
-    for i, size in enumerate((len(text.encode()) for text in messages), 1):
+    for i, size in enumerate(map(len, messages), 1):
         if size > limit:
             raise P2PError(f"message {i} is {size} bytes: over the payload limit of {limit} bytes")
     _logging(args, logging.WARNING)
     return trio.run(_pub, args, cfg, messages)
 
 
-async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[str]) -> int:
+async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[bytes]) -> int:
     confirmed: list[int] = []
     async with graceful() as stop, open_node(args.identity, cfg) as node:
         with stop.scope:
@@ -405,8 +410,8 @@ async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[str]) -
                     # The publisher's own copies: unread, they filled the
                     # subscription and logged "deliveries dropped" errors.
                     nursery.start_soon(_drain, sub, {"delivered": 0})
-                    for text in messages:
-                        confirmed.append(await _publish_confirmed(node, args.topic, text))
+                    for payload in messages:
+                        confirmed.append(await _publish_confirmed(node, args.topic, payload))
                     nursery.cancel_scope.cancel()
     if stop.signum is not None:
         return stop.exit_code
@@ -418,12 +423,12 @@ async def _pub(args: argparse.Namespace, cfg: NodeConfig, messages: list[str]) -
     return 0
 
 
-async def _publish_confirmed(node: Node, topic: str, text: str) -> int:
-    """Publish ``text`` and wait for its ACK wave; the number of *other* subscribers
+async def _publish_confirmed(node: Node, topic: str, payload: bytes) -> int:
+    """Publish ``payload`` and wait for its ACK wave; the number of *other* subscribers
     that confirmed it: those the publisher knew before publishing and still knows
     once the wave is back (the wave completes without a subscriber that failed)."""
     before = node.core.view(topic) - {node.id}
-    mid = await node.publish(topic, text.encode(), wait_acked=True)
+    mid = await node.publish(topic, payload, wait_acked=True)
     return len(before & node.acked_views.pop(mid, node.core.view(topic)))
 
 
