@@ -120,3 +120,36 @@ def test_pub_takes_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     assert arg.returncode == 0, arg.stderr
     assert b"Traceback" not in arg.stderr
     assert b"published 1 on 'room'" in arg.stderr
+
+
+def test_sub_into_a_pipe_that_closes_ends_quietly(tmp_path: Path) -> None:
+    """``p2p sub ... | head -1`` ended with "p2p: error: Broken pipe" (exit 1):
+    a reader that leaves is a normal end, as --count is."""
+    _fleet(tmp_path, ["a", "b"])
+    service = ["--service-type", f"_t{uuid.uuid4().hex[:10]}._tcp.local."]
+    sub = subprocess.Popen(
+        [*P2P, "sub", "--identity", str(tmp_path / "a"), "room", "--duration", "60",
+         "--settle", "0", *service],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+    def publish(text: str) -> None:
+        pub = subprocess.run(
+            [*P2P, "pub", "--identity", str(tmp_path / "b"), "room", text, "--settle", "2",
+             *service, "--min-subscribers", "1"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert pub.returncode == 0, pub.stderr
+
+    try:
+        assert sub.stdout is not None
+        publish("one")
+        assert sub.stdout.readline().endswith(b" 1 one\n")
+        sub.stdout.close()  # the reader leaves
+        publish("two")  # the next print meets the closed pipe
+        _, err = sub.communicate(timeout=30)
+    finally:
+        sub.kill()
+        sub.wait()
+    assert sub.returncode == 0, err
+    assert b"error" not in err

@@ -348,7 +348,13 @@ async def _print_deliveries(
     sub: Subscription, as_json: bool, left: list[int], nursery: trio.Nursery
 ) -> None:
     async for d in sub:
-        print(_format(d, as_json), flush=True)
+        try:
+            print(_format(d, as_json), flush=True)
+        except BrokenPipeError:  # the reader left (``| head -1``): stop as --count would
+            # Later flushes (at exit too) must not fail on the closed pipe again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            nursery.cancel_scope.cancel()
+            return
         left[0] -= 1
         if left[0] == 0:
             nursery.cancel_scope.cancel()
