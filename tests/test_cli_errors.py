@@ -21,11 +21,11 @@ from p2p.cli._shutdown import run_cli
 
 
 def _run(
-    *args: str, preexec: Callable[[], object] | None = None
+    *args: str, preexec: Callable[[], object] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*P2P, *args], capture_output=True, text=True, timeout=60, check=False, input="",
-        preexec_fn=preexec,
+        preexec_fn=preexec, cwd=cwd,
     )  # fmt: skip
 
 
@@ -229,9 +229,7 @@ def test_an_empty_directory_argument_writes_nothing_here(
     here = tmp_path / "here"
     here.mkdir()
     args = [str(fleet) if a == "FLEET" else a for a in command]
-    result = subprocess.run(
-        [*P2P, *args, ""], capture_output=True, text=True, timeout=60, check=False, cwd=here
-    )
+    result = _run(*args, "", cwd=here)
     assert result.returncode == 2, result.stderr
     assert "must not be empty" in result.stderr
     assert "Traceback" not in result.stderr
@@ -273,9 +271,7 @@ def test_telemetry_paths_and_durations_that_mean_nothing(
     here = tmp_path / "here"
     here.mkdir()
     argv = [str(fleet / "a") if a == "NODE" else a for a in args]
-    result = subprocess.run(
-        [*P2P, *argv], capture_output=True, text=True, timeout=60, check=False, cwd=here
-    )
+    result = _run(*argv, cwd=here)
     assert result.returncode == 2, result.stderr
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr
