@@ -347,8 +347,9 @@ class _Delivery(_CoreBase):
     def _follows_op(self, state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg``, whose predecessors are all settled here, causally
         follows this (lonely) subscription's op: it names the op (or a later
-        one of this node's life), or a publication delivered here that does
-        (``state.follows``, per stream the first; FIFO makes later ones follow).
+        one of this node's life), or a publication seen here that does
+        (``state.follows``, per stream the first, delivered or skipped
+        (:meth:`_note_follower`); FIFO makes later ones follow).
 
         Why a ``blind`` subscription delivers only those.  A lonely
         subscription's members learn of it one by one, so a publication is
@@ -387,7 +388,8 @@ class _Delivery(_CoreBase):
 
     def _names_follower(self, state: _Topic, msg: PubMessage) -> bool:
         """Whether ``msg`` names this subscription's op (or a later op of this
-        node's life) or a delivered publication that follows it (:meth:`_follows_op`)."""
+        node's life) or a publication seen here that follows it, delivered or
+        skipped (``state.follows``, :meth:`_follows_op`, :meth:`_note_follower`)."""
         me, life, rc = self.id, self.incarnation, state.sub_rc
         if any(o.source == me and o.incarnation == life and o.seq >= rc for o in msg.op_deps):
             return True
