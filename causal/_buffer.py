@@ -204,6 +204,32 @@ class CausalBuffer(Generic[T]):
             released.extend(self.advance(s, inc, _RETIRED))
         return released
 
+    def settle_above(self, stream: int, incarnation: int, value: int) -> list[T]:
+        """Count every wait on ``(stream, incarnation)`` for more than ``value`` as
+        met, without moving the frontier (waits up to ``value`` stay); return
+        what that releases.  For a stream that ends at ``value`` for good: the
+        caller keeps later items from waiting on it again."""
+        fkey = _key(stream, incarnation)
+        heap = self._waiters.get(fkey)
+        if not heap:
+            return []
+        keep = [w for w in heap if w[0] <= value]
+        released: list[T] = []
+        for need, token in heap:
+            entry = self._items.get(token) if need > value else None
+            if entry is None:
+                continue
+            entry[1] = int(entry[1]) - 1  # type: ignore[call-overload]
+            if entry[1] == 0:
+                del self._items[token]
+                released.append(entry[0])  # type: ignore[arg-type]
+        if keep:
+            heapq.heapify(keep)
+            self._waiters[fkey] = keep
+        else:
+            del self._waiters[fkey]
+        return released
+
     def items(self) -> list[T]:
         """Items still held, oldest first."""
         return [entry[0] for _, entry in sorted(self._items.items())]  # type: ignore[misc]

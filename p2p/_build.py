@@ -41,6 +41,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "topics._announce",
     "topics._rounds",
     "topics._repair",
+    "topics._fence",
     "topics._receive",
     "topics._core",
     "vcube._errors",

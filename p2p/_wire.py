@@ -30,6 +30,9 @@ ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_
          or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...]]`` (``predates``)
          or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...], [bound, ...]]``
          (and ``beyond``)
+FENCE    ``[8, round, topic, id, step, [message, ...]]``       ``topics.Fence``: id's seq is
+                                                               the value plus one; step 0..4;
+                                                               <= max_round_messages
 round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
 op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
@@ -101,6 +104,7 @@ from topics import (
     Ack,
     Bound,
     Bundle,
+    Fence,
     Packet,
     PubMessage,
     PubRound,
@@ -149,6 +153,7 @@ MAX_DEPTH: Final = 7
 """Deepest array nesting of a valid body: body, packets, packet, messages, message, deps, id."""
 
 _PUB, _SUB, _UNS, _ACK, _DET, _LEAVE, _MEMBERS, _REVOKED = 0, 1, 2, 3, 4, 5, 6, 7
+_FENCE = 8
 _CONTROL_TAGS = (_DET, _LEAVE, _MEMBERS, _REVOKED)
 
 
@@ -431,6 +436,16 @@ def _e_packet(p: Packet) -> bytes:
             + b"".join(map(_e_op, p.view))
             + _e_bounds(p.bounds)
             + _e_extras(p.predates, p.beyond)
+        )
+    if isinstance(p, Fence):  # the stream's value is sent plus one: -1 is "none"
+        src, inc, value = p.stream
+        return (
+            b"\x86\x08"
+            + _e_round(p.round)
+            + _e_topic(p.topic)
+            + _e_id(MsgId(src, inc, value + 1))
+            + _e_int(p.step)
+            + _e_messages(p.messages)
         )
     raise TypeError(f"not a packet: {type(p).__name__}")
 
@@ -1121,7 +1136,24 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
         predates, beyond = _d_extras(fields, "ACK", n)
         bnds = _d_bounds(bounds, "ACK.bounds", n)
         return Ack(_d_round(rid), _d_topic(topic, lim), entries, bnds, predates, beyond)
+    if tag == _FENCE:
+        return _d_fence(raw, lim)
     raise WireError(f"packet: unknown type tag {tag}")
+
+
+def _d_fence(raw: list[object], lim: WireLimits) -> Fence:
+    _, rid, topic, stream, step, msgs = _array(raw, "FENCE", 6)
+    src, inc, value = _d_id(stream, "FENCE.stream")
+    messages = tuple(
+        _d_message(m, lim) for m in _array(msgs, "FENCE.messages", limit=lim.max_round_messages)
+    )
+    return Fence(
+        _d_round(rid),
+        _d_topic(topic, lim),
+        MsgId(src, inc, value - 1),
+        _int(step, "FENCE.step", 0, 5),
+        messages,
+    )
 
 
 def decode_packets(body: bytes, limits: WireLimits) -> list[Packet]:

@@ -116,3 +116,19 @@ def test_unmet_is_what_the_met_set_lacks_in_either_form() -> None:
     assert buf.add("still satisfied", deps)  # by the frontiers
     assert buf.known_met(frozenset([a, c]))
     assert not buf.known_met(frozenset([a, b]))
+
+
+def test_settle_above_releases_only_waits_past_the_value() -> None:
+    """Waits beyond the value are met for good; waits up to it, and the
+    frontier, stay as they were."""
+    buf: CausalBuffer[str] = CausalBuffer()
+    assert not buf.add("past", [MsgId(3, 0, 5)])
+    assert not buf.add("both", [MsgId(3, 0, 5), MsgId(4, 0, 1)])
+    assert not buf.add("within", [MsgId(3, 0, 2)])
+    assert buf.settle_above(3, 0, 2) == ["past"]
+    assert buf.frontier(3, 0) is None
+    assert sorted(buf.items()) == ["both", "within"]
+    assert buf.deliver(MsgId(4, 0, 1)) == ["both"]
+    assert buf.advance(3, 0, 2) == ["within"]
+    assert buf.settle_above(3, 0, 2) == []
+    assert len(buf) == 0

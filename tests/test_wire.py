@@ -48,6 +48,7 @@ from topics import (
     Ack,
     Bound,
     Bundle,
+    Fence,
     Packet,
     PubMessage,
     PubRound,
@@ -122,6 +123,14 @@ packets: st.SearchStrategy[Packet] = st.one_of(
         bound_lists,
         bound_lists,
     ),
+    st.builds(
+        Fence,
+        round_ids,
+        topics,
+        st.builds(MsgId, nodes, counters, st.integers(-1, COUNTER_LIMIT - 2)),
+        st.integers(0, 4),
+        st.lists(messages, max_size=3).map(tuple),
+    ),
 )
 items = st.one_of(packets, st.lists(packets, min_size=1, max_size=4).map(tuple).map(Bundle))
 
@@ -179,13 +188,16 @@ def cbor_tree(p: Packet) -> list[object]:
         return [e.node, e.incarnation, e.rc, e.subscribed]
 
     r = [p.round.source, p.round.incarnation, p.round.number]
-    if isinstance(p, PubRound):
+    if isinstance(p, PubRound | Fence):
         msgs: list[list[object]] = [
             [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, m.op_joins][
                 : 6 if m.op_joins else 5
             ]
             for m in p.messages
         ]
+        if isinstance(p, Fence):  # the value goes plus one (-1 is "none")
+            stream = [p.stream.source, p.stream.incarnation, p.stream.seq + 1]
+            return [8, r, p.topic, stream, p.step, msgs]
         return [0, r, p.topic, msgs, list(p.dests)]
     if isinstance(p, Sub):
         return [1, r, p.topic, op(p.op)]
@@ -265,7 +277,7 @@ def test_body_is_the_documented_cbor(packet: Packet) -> None:
     """A body is plain CBOR any decoder reads: ``[version, [[tag, round, topic, ...]]]``."""
     version, [raw] = cbor2.loads(encode_packets([packet]))
     assert version == PROTOCOL_VERSION
-    tag = {"PUB": 0, "SUB": 1, "UNS": 2, "ACK": 3}[packet.kind]
+    tag = {"PUB": 0, "SUB": 1, "UNS": 2, "ACK": 3, "FENCE": 8}[packet.kind]
     r = packet.round
     assert raw[:3] == [tag, [r.source, r.incarnation, r.number], packet.topic]
 

@@ -43,6 +43,14 @@ class _Announcing(_Aggregation):
     def _dead_rounds_to(self, state: _Topic, entry: ViewEntry) -> list[Output]:
         raise NotImplementedError
 
+    def _took(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
+        """Mark ``fresh`` (one stream, in order, new here; before ``last_rx``
+        records them): :meth:`_note_novel`, and the stream's first reception."""
+        if not state.preset:
+            self._note_novel(state, fresh)
+            first = fresh[0].id
+            state.first_rx.setdefault(_stream_key(first.source, first.incarnation), first.seq)
+
     def _note_novel(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
         """Mark, per node, the first of ``fresh`` (one stream, in order) that may
         follow an op of that node this node does not know: it names one, or

@@ -3,8 +3,8 @@
 :class:`_CoreBase` creates every table and counter of a node; the classes
 above it (:mod:`~topics._delivery`, :mod:`~topics._aggregation`,
 :mod:`~topics._announce`, :mod:`~topics._rounds`, :mod:`~topics._repair`,
-:mod:`~topics._receive` and :class:`~topics.VCubePS` in :mod:`~topics._core`)
-add behaviour, never state of their own: each uses only the attributes
+:mod:`~topics._fence`, :mod:`~topics._receive` and :class:`~topics.VCubePS` in
+:mod:`~topics._core`) add behaviour, never state of their own: each uses only the attributes
 declared in :meth:`_CoreBase.__init__`.  Invariant: ``_dead`` and ``_life``
 only grow (an incarnation known to have crashed, or to be up, is never
 forgotten), so :meth:`_CoreBase._is_dead` never turns false again.
@@ -65,6 +65,8 @@ class _CoreBase:
         """Sub-trees sent again to the next correct node after a child crashed."""
         self.relayed = 0
         """Rounds of crashed sources this node passed on."""
+        self.fence_decisions = 0
+        """Crashed streams whose end this node applied (``topics._fence``)."""
         self.duplicates = 0
         """Publications received again (retransmissions, relays) and dropped by id."""
 

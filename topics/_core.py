@@ -36,7 +36,8 @@ state :class:`~topics._base._CoreBase` declares (the records it holds are in
 :mod:`~topics._aggregation` (holding round packets back per child),
 :mod:`~topics._announce` (announces to newcomers, frontiers),
 :mod:`~topics._rounds` (a source's rounds, forwarding, ACK waves),
-:mod:`~topics._repair` (crashes and joins), :mod:`~topics._receive`
+:mod:`~topics._repair` (crashes and joins), :mod:`~topics._fence`
+(agreement on where a crashed stream ends), :mod:`~topics._receive`
 (packets from peers), and here the application API.
 """
 

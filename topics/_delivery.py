@@ -302,6 +302,10 @@ class _Delivery(_CoreBase):
             return inc < self.incarnation
         if stream < 0:
             return self._is_dead(node, inc)
+        if state.fences:  # past where a crashed stream was agreed to end (topics._fence)
+            fenced = state.fences.get(_stream_key(stream, inc))
+            if fenced is not None and fenced.decided is not None and dep[2] > fenced.decided:
+                return True
         return inc <= state.retired.get(stream, -1) and (stream, inc) not in state.bounds
 
     def _note_held(self) -> None:

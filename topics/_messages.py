@@ -178,7 +178,31 @@ class Ack:
     kind: Literal["ACK"] = "ACK"
 
 
-Packet = PubRound | Sub | Uns | Ack
+FENCE_ASK, FENCE_QUERY, FENCE_ANSWER, FENCE_DECIDED, FENCE_DECISION = range(5)
+"""The steps of a :class:`Fence` (``topics._fence``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """FENCE: agreement on where a crashed source's stream ends (``topics._fence``).
+
+    ``stream`` is ``(source, incarnation, value)``: the stream, and the
+    sequence number the step is about (an answer, a decision; -1 for none,
+    or for an ASK and a QUERY).  ``messages`` are the stream's publications
+    of its last round up to ``value`` (an answer's or a decision's).
+    ``round`` names the sender's life, ``RoundId(sender, incarnation, 0)``:
+    a FENCE belongs to no tree traversal and is never acknowledged.
+    """
+
+    round: RoundId
+    topic: str
+    stream: MsgId
+    step: int
+    messages: tuple[PubMessage, ...] = ()
+    kind: Literal["FENCE"] = "FENCE"
+
+
+Packet = PubRound | Sub | Uns | Ack | Fence
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +221,13 @@ ID_BYTES = 2
 """Bytes per node id in the size model (the thesis' dense ids, §4.5.3)."""
 
 
+def _messages_size(messages: tuple[PubMessage, ...]) -> int:
+    size = 0
+    for m in messages:  # a loop, not sum(): most rounds carry one publication
+        size += len(m.payload) + ID_BYTES + 8 + 4 * (len(m.deps) + len(m.op_deps))
+    return size
+
+
 def wire_size(packet: Packet) -> int:
     """Bytes of ``packet`` under the thesis' cost model (a model, not the runtime's CBOR).
 
@@ -205,12 +236,11 @@ def wire_size(packet: Packet) -> int:
     """
     head = ID_BYTES + 4 + len(packet.topic)
     if isinstance(packet, PubRound):
-        size = head + ID_BYTES * len(packet.dests)
-        for m in packet.messages:  # a loop, not sum(): most rounds carry one publication
-            size += len(m.payload) + ID_BYTES + 8 + 4 * (len(m.deps) + len(m.op_deps))
-        return size
+        return head + ID_BYTES * len(packet.dests) + _messages_size(packet.messages)
     if isinstance(packet, Sub):
         return head + 8
+    if isinstance(packet, Fence):  # a stream (an id and a counter), a step, publications
+        return head + ID_BYTES + 9 + _messages_size(packet.messages)
     if isinstance(packet, Uns):
         extra = len(packet.predates) + len(packet.beyond)
         return head + 8 + ID_BYTES * len(packet.dests) + 8 * extra

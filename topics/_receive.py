@@ -12,8 +12,8 @@ from operator import lt
 
 from topics._errors import RemoteProtocolError
 from topics._events import Output
-from topics._messages import Ack, Packet, PubMessage, PubRound, Sub, Uns
-from topics._repair import _Repair
+from topics._fence import _Fence
+from topics._messages import Ack, Fence, Packet, PubMessage, PubRound, Sub, Uns
 from topics._state import (
     REPAIR_ROUNDS,
     StreamKey,
@@ -36,7 +36,7 @@ def _strictly_increasing(ids: tuple[int, ...]) -> bool:
     return len(ids) < 2 or all(map(lt, ids, islice(ids, 1, None)))
 
 
-class _Receive(_Repair):
+class _Receive(_Fence):
     """Input from peers (see the module docstring)."""
 
     def receive(self, sender: int, packet: Packet | object, now: float) -> list[Output]:
@@ -54,6 +54,8 @@ class _Receive(_Repair):
             return self._on_sub(sender, packet)
         if isinstance(packet, Ack):
             return self._on_ack(sender, packet)
+        if isinstance(packet, Fence):
+            return self._on_fence(sender, packet)
         raise RemoteProtocolError(f"unknown packet type {type(packet).__name__}")
 
     def _check_remote(self, topic: str, messages: tuple[PubMessage, ...] = ()) -> None:
@@ -147,13 +149,16 @@ class _Receive(_Repair):
             raise RemoteProtocolError(f"UNS from {sender} carries too many predates")
         self._check_remote(packet.topic, messages)
         known = self._topics.get(packet.topic)
+        fenced: tuple[PubMessage, ...] = ()
+        if known is not None and known.fences and messages:
+            messages, fenced = self._fence_split(known, messages)
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
+        if fenced:
+            self._fence_hold(state, fenced)
         out: list[Output] = []
-        if fresh and not state.preset:
-            self._note_novel(state, fresh)
-            state.first_rx.setdefault(_stream_key(fresh[0].id.source, fresh[0].id.incarnation),
-                                      fresh[0].id.seq)  # fmt: skip
+        if fresh:
+            self._took(state, fresh)
         if last_rx is not None:  # something new: the newest round of its stream here
             stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)
             # Only then: a relay of an older round, all duplicates, must not
@@ -177,6 +182,8 @@ class _Receive(_Repair):
             out.extend(self._on_publication(state, msg))
         if fresh and state.confirmed:
             out.extend(self._ask_bounds(state, fresh[:1], fresh))
+            if self._dead:
+                out.extend(self._fence_held(state, fresh))
         children = _relay_packets(self.id, packet)
         pending = self._received_pending(sender, packet, children)
         if pending.kind == "SYNC" and not new_op:

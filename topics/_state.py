@@ -198,6 +198,37 @@ class _DeadRound:
         return True
 
 
+class _Fenced:
+    """This node's part in the agreement on a crashed stream (``topics._fence``):
+    the answer it gave (it delivers nothing of the stream above it until a
+    decision; later copies wait in ``stash``), the decision once known with
+    the publications that came with it (what it answers a later poll), and
+    the coordinator it expects that decision from."""
+
+    __slots__ = ("content", "coordinator", "decided", "frozen", "stash")
+
+    def __init__(self, frozen: int, coordinator: int) -> None:
+        self.frozen = frozen
+        self.decided: int | None = None
+        self.content: tuple[PubMessage, ...] = ()
+        self.stash: dict[int, PubMessage] = {}
+        self.coordinator = coordinator
+
+
+class _Poll:
+    """A coordinator's poll on a crashed stream: the members (node -> life
+    asked) that have not answered, the best answer so far with its
+    publications, and a decision a member reported (which wins)."""
+
+    __slots__ = ("best", "content", "decided", "waiting")
+
+    def __init__(self, waiting: dict[int, int]) -> None:
+        self.waiting = waiting
+        self.best = -1
+        self.content: tuple[PubMessage, ...] = ()
+        self.decided: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class _Announce:
     """Tell ``dest`` (which just joined) this node's subscription (see :meth:`VCubePS.joined`)."""
@@ -304,6 +335,11 @@ class _Topic:
     dead_rounds: dict[StreamKey, _DeadRound] = field(default_factory=dict)
     # Sources dead before this subscription was confirmed: node -> newest dead incarnation.
     retired: dict[int, int] = field(default_factory=dict)
+    # Crashed streams under agreement (topics._fence): this node's answer and
+    # decision, the polls it coordinates, and the coordinator it asked.
+    fences: dict[StreamKey, _Fenced] = field(default_factory=dict)
+    polls: dict[StreamKey, _Poll] = field(default_factory=dict)
+    fence_asked: dict[StreamKey, int] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
     # Sources this confirmed subscription announced itself to for want of a

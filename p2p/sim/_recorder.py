@@ -228,6 +228,8 @@ class Recorder:
     def metrics(self) -> dict[str, Any]:
         """The ``METRICS.json`` document."""
         pkts = {k: self.packets.get(k, 0) for k in ("PUB", "SUB", "UNS", "ACK", "MSG")}
+        if self.packets.get("FENCE"):  # agreement on a crashed stream (topics._fence): rare
+            pkts["FENCE"] = self.packets["FENCE"]
         pkts["total"] = sum(pkts.values())
         pub_msgs = sum(k * v for k, v in self.msgs_per_pub_packet.items())
         queue_means = {n: _hist_mean(h) for n, h in self.queue_hist.items() if h}
