@@ -70,7 +70,7 @@ COMPILED_TESTS := tests/test_core.py tests/test_aggregation.py tests/test_vcubep
 	tests/test_scenario.py tests/test_vcube.py tests/test_sim_links.py tests/test_sim_twin.py \
 	tests/test_build.py tests/test_node.py tests/test_node_failures.py tests/test_links.py \
 	tests/test_live_fuzz.py tests/test_detector.py tests/test_checkcli.py tests/test_causal_buffer.py \
-	tests/test_sim_queue.py
+	tests/test_sim_queue.py tests/test_fence.py
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
