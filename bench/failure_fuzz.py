@@ -12,6 +12,7 @@ repository root::
     python -m bench.failure_fuzz --runs 50 --out /tmp/f.json
     python -m bench.failure_fuzz --first-seed 400 --runs 400 --tpp-stdev 60
     python -m bench.failure_fuzz --modes partial --runs 1000
+    python -m bench.failure_fuzz --modes burst --runs 1000 --tpp-stdev 60
 
 ``--tpp-stdev`` widens the spread of link delays (default 25, the thesis'),
 which makes packets land inside a node's processing window at its crash more
@@ -22,10 +23,14 @@ often (the case issue 21 reported was found with 60).
 property at fuzz speed: crashes and recoveries with the real failure
 detector instead of the oracle, every node started knowing only node 0 (plus
 a few random introductions), node 0 never crashing; it also requires every
-node that is up to end agreeing on who is up.
+node that is up to end agreeing on who is up.  A fourth, ``burst``
+(:func:`draw_burst`), crashes publishers right after they publish, so that
+a crashed source's last round often dies with all its holders.
 
-It prints, per mode, how many runs broke something, by kind, and the
-shortest failing script (replay it with its seed); the JSON has it all.
+It prints, per mode, how many runs broke something, by kind, how many sent
+FENCE packets (an agreement on where a crashed stream ends,
+``topics._fence``), and the shortest failing script (replay it with its
+seed); the JSON has it all.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from vcube import DetectorConfig
 DETECT = [(200.0, 100.0), (1000.0, 500.0), (3000.0, 3000.0)]
 DETECTOR = DetectorConfig(interval=200.0, timeout=300.0, attempts=2, max_timeout=2400.0)
 """The real detector of ``partial`` runs (``tests/test_sim_detector.py``'s ``FAST``)."""
-MODES = ("crash", "recover", "partial")
+MODES = ("crash", "recover", "partial", "burst")
 
 
 def draw_script(
@@ -64,18 +69,57 @@ def draw_script(
     return legal_script(steps, crash_roll=9, max_down=n // 2, recover=recover)
 
 
+def draw_burst(rng: random.Random) -> tuple[int, Script]:
+    """``burst`` mode: 5..12 nodes subscribed to one topic from the start, then
+    publications and crashes close together (a publisher often crashes
+    within 90 u.t. of its publication, with its round still on its way), so
+    that the holders of a round often crash before anyone hears of its
+    source's crash: the shape the fence (``topics._fence``) is for."""
+    n = rng.randint(5, 12)
+    script: Script = [(0.0, "SUB", k, "t0") for k in range(n)]
+    down: set[int] = set()
+    at = 1000.0
+    for _ in range(rng.randint(3, 2 * n)):
+        at += rng.expovariate(1 / 40.0)
+        node = rng.choice([k for k in range(n) if k not in down])
+        if rng.random() < 0.45 and len(down) < n - 2:
+            down.add(node)
+            script.append((round(at, 1), "CRASH", node, ""))
+            continue
+        script.append((round(at, 1), "PUB", node, "t0"))
+        if rng.random() < 0.6 and len(down) < n - 2:
+            down.add(node)
+            script.append((round(at + rng.uniform(0, 90), 1), "CRASH", node, ""))
+    return n, script
+
+
 def run_one(
-    seed: int, *, recover: bool, tpp_stdev: float = 25.0, partial: bool = False
+    seed: int,
+    *,
+    recover: bool,
+    tpp_stdev: float = 25.0,
+    partial: bool = False,
+    burst: bool = False,
 ) -> dict[str, Any]:
     """Draw and run case ``seed``; return its script and what broke (kinds).
-    ``partial``: the real detector and seed-only introductions (module docstring)."""
+    ``partial``: the real detector and seed-only introductions; ``burst``:
+    :func:`draw_burst` (module docstring)."""
     rng = random.Random(seed)
     n = rng.randint(3, 10)
     topics = ["t0", "t1"][: rng.randint(1, 2)]
     detect = rng.choice(DETECT)
     delays = DelayModel(tpp_stdev=tpp_stdev)
     intro: dict[int, set[int]] | None = None
-    if partial:
+    if burst:
+        n, script = draw_burst(rng)
+        sim = Simulation(
+            list(range(n)),
+            seed=seed,
+            detect_delay=detect[0],
+            detect_jitter=detect[1],
+            delays=delays,
+        )
+    elif partial:
         intro = {k: {0} for k in range(1, n)}
         for _ in range(rng.randint(0, n)):
             intro.setdefault(rng.randrange(n), set()).add(rng.randrange(n))
@@ -95,6 +139,7 @@ def run_one(
     for at, action, node, topic in script:
         sim.schedule(at, action, node, topic, f"{node}@{at}".encode())
     found = {"seed": seed, "nodes": n, "script": script, "broke": _check(sim, partial)}
+    found["fence_packets"] = sim.recorder.packets.get("FENCE", 0)  # topics._fence at work
     if partial:
         found["introductions"] = {k: sorted(v) for k, v in sorted(intro.items())} if intro else {}
     else:
@@ -138,7 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = range(args.first_seed, args.first_seed + args.runs)
         runs = [
             run_one(
-                seed, recover=mode != "crash", tpp_stdev=args.tpp_stdev, partial=mode == "partial"
+                seed,
+                recover=mode != "crash",
+                tpp_stdev=args.tpp_stdev,
+                partial=mode == "partial",
+                burst=mode == "burst",
             )
             for seed in seeds
         ]
@@ -151,10 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tpp_stdev": args.tpp_stdev,
             "broken": len(bad),
             "kinds": dict(kinds),
+            "fenced": sum(1 for r in runs if r["fence_packets"]),
             "seconds": round(time.monotonic() - started, 1),
             "shortest": shortest,
         }
-        print(f"{mode:>8}: {len(bad)}/{args.runs} runs broke a guarantee {dict(kinds)}")
+        fenced = result[mode]["fenced"]
+        print(
+            f"{mode:>8}: {len(bad)}/{args.runs} runs broke a guarantee {dict(kinds)}"
+            f" ({fenced} needed the fence)"
+        )
         if shortest is not None:
             print(f"          shortest (seed {shortest['seed']}): {shortest['script']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

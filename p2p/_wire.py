@@ -30,9 +30,9 @@ ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_
          or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...]]`` (``predates``)
          or ``[3, round, topic, [op, ...], [bound, ...], [bound, ...], [bound, ...]]``
          (and ``beyond``)
-FENCE    ``[8, round, topic, id, step, [message, ...]]``       ``topics.Fence``: id's seq is
-                                                               the value plus one; step 0..4;
-                                                               <= max_round_messages
+FENCE    ``[8, round, topic, id, step, [message, ...],``       ``topics.Fence``: id's seq is
+         ``[message, ...]]`` (``messages``, ``others``)        the value plus one; step 0..4;
+                                                               each <= max_round_messages
 round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
 op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
@@ -440,12 +440,13 @@ def _e_packet(p: Packet) -> bytes:
     if isinstance(p, Fence):  # the stream's value is sent plus one: -1 is "none"
         src, inc, value = p.stream
         return (
-            b"\x86\x08"
+            b"\x87\x08"
             + _e_round(p.round)
             + _e_topic(p.topic)
             + _e_id(MsgId(src, inc, value + 1))
             + _e_int(p.step)
             + _e_messages(p.messages)
+            + _e_messages(p.others)
         )
     raise TypeError(f"not a packet: {type(p).__name__}")
 
@@ -1142,17 +1143,16 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
 
 
 def _d_fence(raw: list[object], lim: WireLimits) -> Fence:
-    _, rid, topic, stream, step, msgs = _array(raw, "FENCE", 6)
+    _, rid, topic, stream, step, msgs, others = _array(raw, "FENCE", 7)
     src, inc, value = _d_id(stream, "FENCE.stream")
-    messages = tuple(
-        _d_message(m, lim) for m in _array(msgs, "FENCE.messages", limit=lim.max_round_messages)
-    )
+    limit = lim.max_round_messages
     return Fence(
         _d_round(rid),
         _d_topic(topic, lim),
         MsgId(src, inc, value - 1),
         _int(step, "FENCE.step", 0, 5),
-        messages,
+        tuple(_d_message(m, lim) for m in _array(msgs, "FENCE.messages", limit=limit)),
+        tuple(_d_message(m, lim) for m in _array(others, "FENCE.others", limit=limit)),
     )
 
 

@@ -130,6 +130,7 @@ packets: st.SearchStrategy[Packet] = st.one_of(
         st.builds(MsgId, nodes, counters, st.integers(-1, COUNTER_LIMIT - 2)),
         st.integers(0, 4),
         st.lists(messages, max_size=3).map(tuple),
+        st.lists(messages, max_size=2).map(tuple),
     ),
 )
 items = st.one_of(packets, st.lists(packets, min_size=1, max_size=4).map(tuple).map(Bundle))
@@ -187,18 +188,20 @@ def cbor_tree(p: Packet) -> list[object]:
     def op(e: ViewEntry) -> list[object]:
         return [e.node, e.incarnation, e.rc, e.subscribed]
 
-    r = [p.round.source, p.round.incarnation, p.round.number]
-    if isinstance(p, PubRound | Fence):
-        msgs: list[list[object]] = [
+    def msgs(v: tuple[PubMessage, ...]) -> list[list[object]]:
+        return [
             [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, m.op_joins][
                 : 6 if m.op_joins else 5
             ]
-            for m in p.messages
+            for m in v
         ]
-        if isinstance(p, Fence):  # the value goes plus one (-1 is "none")
-            stream = [p.stream.source, p.stream.incarnation, p.stream.seq + 1]
-            return [8, r, p.topic, stream, p.step, msgs]
-        return [0, r, p.topic, msgs, list(p.dests)]
+
+    r = [p.round.source, p.round.incarnation, p.round.number]
+    if isinstance(p, PubRound):
+        return [0, r, p.topic, msgs(p.messages), list(p.dests)]
+    if isinstance(p, Fence):  # the value goes plus one (-1 is "none")
+        stream = [p.stream.source, p.stream.incarnation, p.stream.seq + 1]
+        return [8, r, p.topic, stream, p.step, msgs(p.messages), msgs(p.others)]
     if isinstance(p, Sub):
         return [1, r, p.topic, op(p.op)]
 

@@ -13,19 +13,26 @@ crashed stream, under the perfect detector the rest of the core assumes:
   on a dead stream asks the coordinator, the lowest live id it knows.
 * *Poll.*  The coordinator asks every live member it knows (QUERY).  Each
   answers (ANSWER) the highest sequence number of the stream it received,
-  with the stream's last round up to it, and from then on delivers nothing
-  of the stream above its answer: a later copy waits in its stash.  A member
-  that knows a decision answers with it (DECIDED).
+  with the stream's last round up to it and what it holds of other crashed
+  sources, and from then on delivers nothing of the stream above its
+  answer: a later copy waits in its stash.  A member that knows a decision
+  answers with it (DECIDED).
 * *Decide.*  Once every member asked answered or is known crashed, ``L`` is a
   reported decision if there is one, else the largest answer; the
-  coordinator sends it with the publications up to it (DECISION) to every
-  live member.
-* *Apply.*  A member takes the publications up to ``L`` (as a relay), drops
-  its stash above ``L``, and counts every wait on the stream above ``L`` as
-  met for good, which releases what waited on them.
+  coordinator sends it with the publications up to it and the other
+  crashed sources' publications the members hold (DECISION) to every live
+  member.
+* *Apply.*  A member takes those publications (as relays), drops its stash
+  above ``L``, and counts every wait on the stream above ``L`` as met for
+  good.  What that releases took the given-up publications' causal past
+  with it, unknown here: it waits, in turn, for every publication held here
+  that may be in that past (:meth:`_Fence._fence_release`).
 * *Coordinator crash.*  A member waiting for a decision, or the asker, asks
   the next lowest live id; members that applied a decision report it, so the
   next poll decides the same.
+* *Two coordinators* (views that disagree on the lowest live id): one that
+  a lower id queries while it polls gives way, and passes the lower one's
+  decision on to the members it asked.
 
 Invariant: a member delivers nothing of a stream above its answer before a
 decision, and applies one decision per stream; every decision is at least
@@ -33,8 +40,7 @@ every answer of a member alive at the decision, and carries the
 publications up to it.  So nothing above ``L`` was delivered by a member
 that was asked, and everything up to ``L`` reaches every member that gets
 the decision.  Not covered: a member the coordinator does not know
-(partial membership), or two coordinators at once (views that disagree on
-the lowest live id).
+(partial membership), or two coordinators that do not know of each other.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from causal import Dep, MsgId
+from topics._delivery import _deps
 from topics._errors import RemoteProtocolError
 from topics._events import Output, Send
 from topics._messages import (
@@ -165,66 +172,107 @@ class _Fence(_Repair):
     def _poll_start(self, state: _Topic, key: StreamKey) -> list[Output]:
         """Poll every live member on ``key``; this node answers itself first."""
         fenced = state.fences.get(key)
-        if key in state.polls:
+        old = state.polls.get(key)
+        if old is not None and not old.deferred:
             return []
         src, inc = _stream_of(key)
         if fenced is not None and fenced.decided is not None:
-            return self._fence_tell(state, key, fenced.decided, self._fence_content(state, key))
-        members = [n for n in self.overlay.members if n != self.id and not self._known_dead(n)]
+            content = self._fence_content(state, key)
+            return self._fence_tell(state, key, fenced.decided, content, fenced.others)
+        members = {n for n in self.overlay.members if n != self.id and not self._known_dead(n)}
+        if old is not None:  # it gave way to a coordinator that crashed: poll again
+            members.update(n for n in old.asked if not self._known_dead(n))
         poll = state.polls[key] = _Poll({n: self._life.get(n, 0) for n in members})
-        step, value, content = self._fence_answer(state, key, self.id)
-        self._poll_note(poll, step, value, content)
+        self._poll_note(poll, self._fence_answer(state, key, self.id))
         query = Fence(self._fence_life(), state.name, MsgId(src, inc, -1), FENCE_QUERY)
         out: list[Output] = [Send(n, query) for n in sorted(poll.waiting)]
         out.extend(self._poll_done(state, key, poll))
         return out
 
     @staticmethod
-    def _poll_note(poll: _Poll, step: int, value: int, content: tuple[PubMessage, ...]) -> None:
-        """Take one member's answer: a decision wins, else the largest answer."""
-        if step == FENCE_DECIDED:
+    def _poll_note(poll: _Poll, answer: Fence) -> None:
+        """Take one member's answer: a decision wins, else the largest answer;
+        what it holds of other crashed sources goes with the decision."""
+        value, content = answer.stream.seq, answer.messages
+        if answer.step == FENCE_DECIDED:
             if poll.decided is None:
                 poll.decided, poll.content = value, content
         elif poll.decided is None and value > poll.best:
             poll.best, poll.content = value, content
+        for m in answer.others:
+            poll.others.setdefault(m.id, m)
 
     def _poll_done(self, state: _Topic, key: StreamKey, poll: _Poll) -> list[Output]:
         """Decide once nobody asked is left to answer, and tell every live member."""
-        if poll.waiting:
+        if poll.waiting or poll.deferred:
             return []
         del state.polls[key]
         value = poll.decided if poll.decided is not None else poll.best
-        return self._fence_tell(state, key, value, poll.content)
+        others = tuple(poll.others.values())[: self.config.max_round_messages]
+        return self._fence_tell(state, key, value, poll.content, others)
 
     def _fence_tell(
-        self, state: _Topic, key: StreamKey, value: int, content: tuple[PubMessage, ...]
+        self,
+        state: _Topic,
+        key: StreamKey,
+        value: int,
+        content: tuple[PubMessage, ...],
+        others: tuple[PubMessage, ...] = (),
     ) -> list[Output]:
         src, inc = _stream_of(key)
         decision = Fence(
-            self._fence_life(), state.name, MsgId(src, inc, value), FENCE_DECISION, content
+            self._fence_life(),
+            state.name,
+            MsgId(src, inc, value),
+            FENCE_DECISION,
+            content,
+            others,
         )
         out: list[Output] = [
             Send(n, decision)
             for n in sorted(self.overlay.members)
             if n != self.id and not self._known_dead(n)
         ]
-        out.extend(self._fence_apply(state, key, value, content))
+        out.extend(self._fence_apply(state, key, decision))
         return out
 
     # ------------------------------------------------------------- answering
 
-    def _fence_answer(
-        self, state: _Topic, key: StreamKey, coordinator: int
-    ) -> tuple[int, int, tuple[PubMessage, ...]]:
-        """This node's answer on ``key``: its decision, or the highest sequence
-        number it received, which it then promises not to deliver past."""
+    def _fence_answer(self, state: _Topic, key: StreamKey, coordinator: int) -> Fence:
+        """This node's answer on ``key`` to ``coordinator``: its decision, or
+        the highest sequence number it received, which it then promises not
+        to deliver past; with the stream's last round, and what it holds of
+        other crashed sources (:meth:`_dead_held`)."""
         fenced = state.fences.get(key)
         if fenced is None:
             fenced = state.fences[key] = _Fenced(state.last_rx.get(key, -1), coordinator)
-        if fenced.decided is not None:
-            return FENCE_DECIDED, fenced.decided, self._fence_content(state, key)
-        fenced.coordinator = coordinator
-        return FENCE_ANSWER, fenced.frozen, self._fence_content(state, key)
+        step, value = FENCE_DECIDED, fenced.decided
+        if value is None:
+            fenced.coordinator = coordinator
+            step, value = FENCE_ANSWER, fenced.frozen
+        src, inc = _stream_of(key)
+        content = self._fence_content(state, key)
+        others = self._dead_held(state, key)
+        return Fence(self._fence_life(), state.name, MsgId(src, inc, value), step, content, others)
+
+    def _dead_held(self, state: _Topic, key: StreamKey) -> tuple[PubMessage, ...]:
+        """The publications of crashed sources other than ``key``'s this node
+        received (their last rounds, and what it holds back): one of them may
+        precede the publications the decision gives up, and a member that
+        releases what waited on those must have it first
+        (:meth:`_fence_release`).  At most ``max_round_messages``."""
+        found: dict[MsgId, PubMessage] = {}
+        rounds = [d.messages for d in state.dead_rounds.values()]
+        rounds.extend(m for k, m in state.last_round.items() if self._is_dead(*_stream_of(k)))
+        rounds.append(tuple(state.buffer.items()))
+        rounds.append(tuple(state.early))
+        for msgs in rounds:
+            for m in msgs:
+                if self._is_dead(m.id.source, m.id.incarnation):
+                    found.setdefault(m.id, m)
+        src, inc = _stream_of(key)
+        mine = [m for i, m in sorted(found.items()) if (i.source, i.incarnation) != (src, inc)]
+        return tuple(mine[-self.config.max_round_messages :])
 
     @staticmethod
     def _fence_content(state: _Topic, key: StreamKey) -> tuple[PubMessage, ...]:
@@ -275,11 +323,11 @@ class _Fence(_Repair):
         for m in held:
             fenced.stash.setdefault(m.id.seq, m)
 
-    def _fence_apply(
-        self, state: _Topic, key: StreamKey, value: int, content: tuple[PubMessage, ...]
-    ) -> list[Output]:
-        """Apply the decision ``value`` on ``key`` (once): take what leads up to
-        it, drop what lies beyond, and release what waited beyond it."""
+    def _fence_apply(self, state: _Topic, key: StreamKey, decision: Fence) -> list[Output]:
+        """Apply ``decision`` on ``key`` (once): take what leads up to it and
+        what members hold of other crashed sources, drop what lies beyond,
+        and release what waited beyond it (:meth:`_fence_release`)."""
+        value = decision.stream.seq
         fenced = state.fences.get(key)
         if fenced is None:
             fenced = state.fences[key] = _Fenced(state.last_rx.get(key, -1), self.id)
@@ -288,13 +336,93 @@ class _Fence(_Repair):
         fenced.decided = value
         self.fence_decisions += 1
         taken = {m.id.seq: m for m in fenced.stash.values() if m.id.seq <= value}
-        taken.update((m.id.seq, m) for m in content if m.id.seq <= value)
+        taken.update((m.id.seq, m) for m in decision.messages if m.id.seq <= value)
         fenced.stash = {}
-        fenced.content = tuple(m for m in content if m.id.seq <= value)
+        fenced.content = tuple(m for m in decision.messages if m.id.seq <= value)
+        fenced.others = decision.others
         state.fence_asked.pop(key, None)
-        out = self._fence_take(state, tuple(taken[s] for s in sorted(taken)))
+        out = self._fence_pass_on(state, key, decision)
+        out.extend(self._fence_take(state, tuple(taken[s] for s in sorted(taken))))
+        out.extend(self._fence_take_others(state, decision.others))
         src, inc = _stream_of(key)
-        out.extend(self._release(state, state.buffer.settle_above(src, inc, value)))
+        out.extend(self._fence_release(state, key, state.buffer.settle_above(src, inc, value)))
+        if state.confirmed and len(state.buffer):
+            out.extend(self._fence_held(state, state.buffer.items()))
+        return out
+
+    def _fence_release(
+        self, state: _Topic, key: StreamKey, released: list[PubMessage]
+    ) -> list[Output]:
+        """Deliver what the decision on ``key`` released, each once nothing
+        held here may precede it: a publication given up took its causal past
+        with it, so what waited on it also waits for every held publication
+        that may be in that past (:meth:`_held_before`)."""
+        out: list[Output] = []
+        src, inc = _stream_of(key)
+        for msg in released:
+            lost = max((d[2] for d in _deps(msg) if d[0] == src and d[1] == inc), default=-1)
+            before = self._held_before(state, msg, (src, inc, lost))
+            if before and not state.buffer.add(msg, before):
+                state.fence_held.add(msg.id)
+                continue
+            out.extend(self._release(state, [msg]))
+        return out
+
+    @staticmethod
+    def _held_before(state: _Topic, msg: PubMessage, lost: Dep) -> list[MsgId]:
+        """The publications held here that may precede the given-up ``lost``
+        (the newest of its stream ``msg`` names): all but those that follow
+        ``msg`` or ``lost`` through what is held (naming either, a later one of
+        their streams, or one that does), and those already held by an
+        earlier release (waiting on them could close a circle)."""
+        held = state.buffer.items()
+        state.fence_held.intersection_update(h.id for h in held)
+        after = {(msg.id.source, msg.id.incarnation): msg.id.seq, (lost[0], lost[1]): lost[2]}
+
+        def follows(src: int, inc: int, seq: int) -> bool:
+            return after.get((src, inc), seq + 1) <= seq
+
+        grown = True
+        while grown:
+            grown = False
+            for h in held:
+                src, inc, seq = h.id
+                if not follows(src, inc, seq) and any(follows(*d) for d in _deps(h)):
+                    after[(src, inc)] = seq
+                    grown = True
+        return [h.id for h in held if not follows(*h.id) and h.id not in state.fence_held]
+
+    def _fence_pass_on(self, state: _Topic, key: StreamKey, decision: Fence) -> list[Output]:
+        """A poll that gave way passes the decision on to everyone it asked
+        (the lower coordinator may not know them all)."""
+        poll = state.polls.pop(key, None)
+        if poll is None or not poll.deferred:
+            return []
+        again = Fence(
+            self._fence_life(),
+            state.name,
+            decision.stream,
+            FENCE_DECISION,
+            decision.messages,
+            decision.others,
+        )
+        return [Send(n, again) for n in poll.asked if not self._known_dead(n)]
+
+    def _fence_take_others(self, state: _Topic, others: tuple[PubMessage, ...]) -> list[Output]:
+        """Take ``others`` (publications of crashed sources, any streams) as
+        relays, stream by stream, within what each fenced stream allows."""
+        streams: dict[StreamKey, list[PubMessage]] = {}
+        for m in others:
+            streams.setdefault(_stream_key(m.id.source, m.id.incarnation), []).append(m)
+        out: list[Output] = []
+        for key, msgs in streams.items():
+            run = tuple(sorted({m.id.seq: m for m in msgs}.values(), key=lambda m: m.id.seq))
+            if key in state.fences:
+                run, held = self._fence_split(state, run)
+                if held:
+                    self._fence_hold(state, held)
+            if run:
+                out.extend(self._fence_take(state, run))
         return out
 
     def _fence_take(self, state: _Topic, msgs: tuple[PubMessage, ...]) -> list[Output]:
@@ -317,9 +445,11 @@ class _Fence(_Repair):
     def _on_fence(self, sender: int, packet: Fence) -> list[Output]:
         """A FENCE from ``sender``: checked whole before any state changes."""
         src, inc, value = packet.stream
-        if sender == self.id or src == self.id or not FENCE_ASK <= packet.step <= FENCE_DECISION:
+        mine = src == self.id and inc >= self.incarnation  # an older life of its own is dead
+        if sender == self.id or mine or not FENCE_ASK <= packet.step <= FENCE_DECISION:
             raise RemoteProtocolError(f"malformed FENCE from {sender}: {packet!r}")
         self._check_remote(packet.topic, packet.messages)
+        self._check_remote(packet.topic, packet.others)
         if packet.messages:
             self._fresh({}, packet.messages)  # one stream, in order
             last = packet.messages[-1].id
@@ -334,13 +464,16 @@ class _Fence(_Repair):
             state.fence_asked.setdefault(key, self.id)
             return self._poll_start(state, key)
         if step == FENCE_QUERY:
-            step, value, content = self._fence_answer(state, key, sender)
-            reply = Fence(self._fence_life(), state.name, MsgId(src, inc, value), step, content)
-            return [Send(sender, reply)]
+            poll = state.polls.get(key)
+            if poll is not None and sender < self.id:
+                # Two coordinators: the higher gives way, so that one poll
+                # decides (a decision already made is answered as DECIDED).
+                poll.deferred = True
+            return [Send(sender, self._fence_answer(state, key, sender))]
         if step == FENCE_DECISION:
-            return self._fence_apply(state, key, value, packet.messages)
+            return self._fence_apply(state, key, packet)
         poll = state.polls.get(key)
         if poll is None or poll.waiting.pop(sender, None) is None:
             return []  # decided already, or not asked
-        self._poll_note(poll, step, value, packet.messages)
+        self._poll_note(poll, packet)
         return self._poll_done(state, key, poll)

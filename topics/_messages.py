@@ -189,9 +189,12 @@ class Fence:
     ``stream`` is ``(source, incarnation, value)``: the stream, and the
     sequence number the step is about (an answer, a decision; -1 for none,
     or for an ASK and a QUERY).  ``messages`` are the stream's publications
-    of its last round up to ``value`` (an answer's or a decision's).
-    ``round`` names the sender's life, ``RoundId(sender, incarnation, 0)``:
-    a FENCE belongs to no tree traversal and is never acknowledged.
+    of its last round up to ``value`` (an answer's or a decision's);
+    ``others`` the publications of other crashed sources the sender holds
+    (an answer's, gathered into the decision's), which may precede the
+    publications given up.  ``round`` names the sender's life,
+    ``RoundId(sender, incarnation, 0)``: a FENCE belongs to no tree
+    traversal and is never acknowledged.
     """
 
     round: RoundId
@@ -199,6 +202,7 @@ class Fence:
     stream: MsgId
     step: int
     messages: tuple[PubMessage, ...] = ()
+    others: tuple[PubMessage, ...] = ()
     kind: Literal["FENCE"] = "FENCE"
 
 
@@ -240,7 +244,7 @@ def wire_size(packet: Packet) -> int:
     if isinstance(packet, Sub):
         return head + 8
     if isinstance(packet, Fence):  # a stream (an id and a counter), a step, publications
-        return head + ID_BYTES + 9 + _messages_size(packet.messages)
+        return head + ID_BYTES + 9 + _messages_size(packet.messages + packet.others)
     if isinstance(packet, Uns):
         extra = len(packet.predates) + len(packet.beyond)
         return head + 8 + ID_BYTES * len(packet.dests) + 8 * extra

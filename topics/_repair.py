@@ -120,15 +120,22 @@ class _Repair(_Rounds):
         out.extend(self._flush_held(state))  # holds assume blockers arrive: not any more
         gone = [k for k in state.last_round if _dead_stream(k, node, incarnation)]
         for stream in gone:
-            messages = state.last_round.pop(stream)
-            owed = state.subscribed or stream not in state.relay_unowed
-            state.relay_unowed.discard(stream)
-            relay = owed and any(n != self.id for n in state.subscribers())
-            _keep_dead_round(state, stream, messages, relay)
-            if relay:
-                self.relayed += 1
-                out.extend(self._relay_now(state, _Relay(messages)))
+            out.extend(self._relay_dead(state, stream))
         return out
+
+    def _relay_dead(self, state: _Topic, stream: StreamKey) -> list[Output]:
+        """``stream``'s source crashed: keep its last round received here as a
+        dead round, and relay it over this node's tree if it is owed here
+        (see :meth:`crashed`)."""
+        messages = state.last_round.pop(stream)
+        owed = state.subscribed or stream not in state.relay_unowed
+        state.relay_unowed.discard(stream)
+        relay = owed and any(n != self.id for n in state.subscribers())
+        _keep_dead_round(state, stream, messages, relay)
+        if not relay:
+            return []
+        self.relayed += 1
+        return self._relay_now(state, _Relay(messages))
 
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
         """:meth:`_start_stream_at` for the unbounded streams of ``node`` (up to

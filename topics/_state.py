@@ -205,12 +205,13 @@ class _Fenced:
     the publications that came with it (what it answers a later poll), and
     the coordinator it expects that decision from."""
 
-    __slots__ = ("content", "coordinator", "decided", "frozen", "stash")
+    __slots__ = ("content", "coordinator", "decided", "frozen", "others", "stash")
 
     def __init__(self, frozen: int, coordinator: int) -> None:
         self.frozen = frozen
         self.decided: int | None = None
         self.content: tuple[PubMessage, ...] = ()
+        self.others: tuple[PubMessage, ...] = ()
         self.stash: dict[int, PubMessage] = {}
         self.coordinator = coordinator
 
@@ -218,15 +219,21 @@ class _Fenced:
 class _Poll:
     """A coordinator's poll on a crashed stream: the members (node -> life
     asked) that have not answered, the best answer so far with its
-    publications, and a decision a member reported (which wins)."""
+    publications, a decision a member reported (which wins), everyone asked,
+    and whether it gave way to a coordinator with a lower id (``deferred``:
+    it decides nothing, and passes that one's decision on to ``asked``)."""
 
-    __slots__ = ("best", "content", "decided", "waiting")
+    __slots__ = ("asked", "best", "content", "decided", "deferred", "others", "waiting")
 
     def __init__(self, waiting: dict[int, int]) -> None:
         self.waiting = waiting
+        self.asked = tuple(sorted(waiting))
         self.best = -1
         self.content: tuple[PubMessage, ...] = ()
         self.decided: int | None = None
+        self.deferred = False
+        self.others: dict[MsgId, PubMessage] = {}
+        """Publications of other crashed sources the members hold (Fence.others)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +347,9 @@ class _Topic:
     fences: dict[StreamKey, _Fenced] = field(default_factory=dict)
     polls: dict[StreamKey, _Poll] = field(default_factory=dict)
     fence_asked: dict[StreamKey, int] = field(default_factory=dict)
+    # Publications a decision released and held again behind what may precede
+    # them (VCubePS._fence_release): others released later do not wait on them.
+    fence_held: set[MsgId] = field(default_factory=set)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
     # Sources this confirmed subscription announced itself to for want of a
