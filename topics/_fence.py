@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from causal import Dep, MsgId
-from topics._delivery import _deps
+from topics._delivery import _deps, _held_before
 from topics._errors import RemoteProtocolError
 from topics._events import Output, Send
 from topics._messages import (
@@ -356,41 +356,17 @@ class _Fence(_Repair):
         """Deliver what the decision on ``key`` released, each once nothing
         held here may precede it: a publication given up took its causal past
         with it, so what waited on it also waits for every held publication
-        that may be in that past (:meth:`_held_before`)."""
+        that may be in that past (:func:`~topics._delivery._held_before`)."""
         out: list[Output] = []
         src, inc = _stream_of(key)
         for msg in released:
             lost = max((d[2] for d in _deps(msg) if d[0] == src and d[1] == inc), default=-1)
-            before = self._held_before(state, msg, (src, inc, lost))
+            before = _held_before(state, msg, [(src, inc, lost)])
             if before and not state.buffer.add(msg, before):
                 state.fence_held.add(msg.id)
                 continue
             out.extend(self._release(state, [msg]))
         return out
-
-    @staticmethod
-    def _held_before(state: _Topic, msg: PubMessage, lost: Dep) -> list[MsgId]:
-        """The publications held here that may precede the given-up ``lost``
-        (the newest of its stream ``msg`` names): all but those that follow
-        ``msg`` or ``lost`` through what is held (naming either, a later one of
-        their streams, or one that does), and those already held by an
-        earlier release (waiting on them could close a circle)."""
-        held = state.buffer.items()
-        state.fence_held.intersection_update(h.id for h in held)
-        after = {(msg.id.source, msg.id.incarnation): msg.id.seq, (lost[0], lost[1]): lost[2]}
-
-        def follows(src: int, inc: int, seq: int) -> bool:
-            return after.get((src, inc), seq + 1) <= seq
-
-        grown = True
-        while grown:
-            grown = False
-            for h in held:
-                src, inc, seq = h.id
-                if not follows(src, inc, seq) and any(follows(*d) for d in _deps(h)):
-                    after[(src, inc)] = seq
-                    grown = True
-        return [h.id for h in held if not follows(*h.id) and h.id not in state.fence_held]
 
     def _fence_pass_on(self, state: _Topic, key: StreamKey, decision: Fence) -> list[Output]:
         """A poll that gave way passes the decision on to everyone it asked
