@@ -110,16 +110,7 @@ def run_one(
     detect = rng.choice(DETECT)
     delays = DelayModel(tpp_stdev=tpp_stdev)
     intro: dict[int, set[int]] | None = None
-    if burst:
-        n, script = draw_burst(rng)
-        sim = Simulation(
-            list(range(n)),
-            seed=seed,
-            detect_delay=detect[0],
-            detect_jitter=detect[1],
-            delays=delays,
-        )
-    elif partial:
+    if partial:
         intro = {k: {0} for k in range(1, n)}
         for _ in range(rng.randint(0, n)):
             intro.setdefault(rng.randrange(n), set()).add(rng.randrange(n))
@@ -128,7 +119,10 @@ def run_one(
             list(range(n)), seed=seed, detector=DETECTOR, introductions=intro, delays=delays
         )
     else:
-        script = draw_script(rng, n, topics, recover=recover)
+        if burst:
+            n, script = draw_burst(rng)
+        else:
+            script = draw_script(rng, n, topics, recover=recover)
         sim = Simulation(
             list(range(n)),
             seed=seed,

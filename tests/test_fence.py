@@ -142,6 +142,12 @@ def delivered(out: list[Output]) -> list[MsgId]:
     return [o.id for o in out if isinstance(o, Delivered)]
 
 
+def told(out: list[Output]) -> tuple[list[int], set[tuple[int, int]]]:
+    """Who ``out``'s FENCE packets go to, and their (step, value) pairs."""
+    packets = sent(out)
+    return sorted(to for to, _ in packets), {(p.step, p.stream.seq) for _, p in packets}
+
+
 def sent(out: list[Output]) -> list[tuple[int, Fence]]:
     return [(o.dest, o.packet) for o in out if isinstance(o, Send) and isinstance(o.packet, Fence)]
 
@@ -206,9 +212,8 @@ def test_a_poll_asks_every_live_member_and_a_reported_decision_wins() -> None:
     assert all(q.step == FENCE_QUERY for _, q in queries)
     msg = PubMessage(MsgId(SOURCE, 0, 5), b"x")
     assert sent(node.receive(1, fence(1, FENCE_ANSWER, 5, (msg,)), 0.0)) == []
-    decisions = sent(node.receive(2, fence(2, FENCE_DECIDED, 2), 0.0))
-    assert sorted(to for to, _ in decisions) == [1, 2]
-    assert {(d.step, d.stream.seq) for _, d in decisions} == {(FENCE_DECISION, 2)}
+    decisions = node.receive(2, fence(2, FENCE_DECIDED, 2), 0.0)
+    assert told(decisions) == ([1, 2], {(FENCE_DECISION, 2)})
 
 
 def test_a_poll_decides_without_a_member_that_crashes() -> None:
@@ -289,9 +294,8 @@ def test_a_coordinator_gives_way_to_a_lower_one_and_passes_its_decision_on() -> 
     assert (to, answer.step) == (0, FENCE_ANSWER)
     node.receive(2, fence4(2, FENCE_ANSWER, 3), 0.0)
     assert sent(node.receive(3, fence4(3, FENCE_ANSWER, 1), 0.0)) == []  # decides nothing
-    passed = sent(node.receive(0, fence4(0, FENCE_DECISION, 2), 0.0))
-    assert sorted(to for to, _ in passed) == [2, 3]
-    assert {(d.step, d.stream.seq) for _, d in passed} == {(FENCE_DECISION, 2)}
+    passed = node.receive(0, fence4(0, FENCE_DECISION, 2), 0.0)
+    assert told(passed) == ([2, 3], {(FENCE_DECISION, 2)})
 
 
 def test_a_coordinator_that_decided_answers_a_lower_one_with_its_decision() -> None:

@@ -148,8 +148,7 @@ class _Fence(_Repair):
 
     def _coordinator(self) -> int:
         """The lowest id this node knows live (itself included)."""
-        live = [n for n in self.overlay.members if not self._known_dead(n)]
-        return min(live, default=self.id) if live and min(live) < self.id else self.id
+        return min([n for n in self.overlay.members if not self._known_dead(n)] + [self.id])
 
     def _fence_life(self) -> RoundId:
         return RoundId(self.id, self.incarnation, 0)
