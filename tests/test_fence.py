@@ -375,3 +375,31 @@ def test_a_node_back_as_a_new_life_answers_about_its_dead_first_life() -> None:
     assert (to, answer.step, answer.stream) == (0, FENCE_ANSWER, MsgId(1, 0, -1))
     with pytest.raises(RemoteProtocolError):
         node.receive(0, Fence(RoundId(0, 0, 0), "t", MsgId(1, 1, -1), FENCE_QUERY), 0.0)
+
+
+def live_member() -> VCubePS:
+    """Node 1 of four, subscribed to ``t``; source 3 is up as far as it knows."""
+    node = VCubePS(1, overlay=Hypercube(range(4)))
+    node.preset_subscription("t", [1, 2, 3])
+    return node
+
+
+def test_a_question_about_a_source_not_known_crashed_waits_for_the_detector() -> None:
+    """The coordinator heard of the crash first: the member answers once it
+    does, and until then freezes nothing (its stream flows on)."""
+    node = live_member()
+    assert sent(node.receive(COORD, fence(COORD, FENCE_QUERY), 0.0)) == []
+    assert delivered(node.receive(SOURCE, late_copy(), 0.0)) == [MsgId(SOURCE, 0, 1)]
+    [(to, answer)] = sent(node.crashed(SOURCE, 0, 0.0))
+    assert (to, answer.step, answer.stream.seq) == (COORD, FENCE_ANSWER, 1)
+
+
+def test_a_decision_about_a_live_stream_cuts_nothing() -> None:
+    """A FENCE about a source this node believes up (a peer's mistake, or
+    worse) neither drops nor releases anything while that source lives."""
+    node = live_member()
+    named = PubMessage(MsgId(2, 0, 4), b"built on it", (MsgId(SOURCE, 0, 1),))
+    node.receive(2, PubRound(RoundId(2, 0, 1), "t", (named,), ()), 0.0)
+    assert delivered(node.receive(COORD, fence(COORD, FENCE_DECISION, -1), 0.0)) == []
+    out = node.receive(SOURCE, late_copy(), 0.0)
+    assert delivered(out) == [MsgId(SOURCE, 0, 1), named.id]

@@ -30,6 +30,9 @@ crashed stream, under the perfect detector the rest of the core assumes:
 * *Coordinator crash.*  A member waiting for a decision, or the asker, asks
   the next lowest live id; members that applied a decision report it, so the
   next poll decides the same.
+* *Not known crashed yet.*  A FENCE about a stream whose source this node
+  does not know to have crashed waits until the detector says so: acting
+  on it would freeze or cut a stream the node believes live.
 * *Two coordinators* (views that disagree on the lowest live id): one that
   a lower id queries while it polls gives way, and passes the lower one's
   decision on to the members it asked.
@@ -61,8 +64,29 @@ from topics._messages import (
     PubMessage,
     RoundId,
 )
-from topics._repair import _Repair
-from topics._state import StreamKey, _Fenced, _Poll, _stream_key, _stream_of, _Topic
+from topics._repair import _dead_stream, _Repair
+from topics._state import (
+    FENCE_LATER,
+    StreamKey,
+    _Fenced,
+    _Poll,
+    _stream_key,
+    _stream_of,
+    _Topic,
+)
+
+
+def _fence_later(state: _Topic, key: StreamKey, sender: int, packet: Fence) -> None:
+    """Keep ``packet`` until this node learns that ``key``'s source crashed.
+
+    Acting on it now would freeze or cut a stream this node believes live:
+    an honest coordinator heard of the crash first (the detector tells
+    nodes at different times), and anything else must not stop a live
+    stream.  The newest packet per sender is kept, at most FENCE_LATER."""
+    later = state.fence_later
+    later.setdefault(key, {})[sender] = packet
+    if sum(len(v) for v in later.values()) > FENCE_LATER:
+        del later[next(iter(later))]
 
 
 class _Fence(_Repair):
@@ -95,9 +119,13 @@ class _Fence(_Repair):
     # -------------------------------------------------------------- asking
 
     def _fence_on_crash(self, state: _Topic, node: int, incarnation: int) -> list[Output]:
-        """``node`` up to ``incarnation`` crashed: polls stop waiting for it,
-        questions to it go to the next coordinator, and what it left held asks."""
+        """``node`` up to ``incarnation`` crashed: FENCE packets kept about its
+        streams are taken now, polls stop waiting for it, questions to it go
+        to the next coordinator, and what it left held asks."""
         out: list[Output] = []
+        for key in [k for k in state.fence_later if _dead_stream(k, node, incarnation)]:
+            for sender, packet in state.fence_later.pop(key).items():
+                out.extend(self._on_fence(sender, packet))
         for key, poll in list(state.polls.items()):
             life = poll.waiting.get(node)
             if life is not None and life <= incarnation:
@@ -434,6 +462,9 @@ class _Fence(_Repair):
             return []  # a late word of a dead life: its promise died with it
         state = self._topic(packet.topic)
         key = _stream_key(src, inc)
+        if not (self._is_dead(src, inc) or src == self.id):  # its own older lives are dead
+            _fence_later(state, key, sender, packet)
+            return []
         step = packet.step
         if step == FENCE_ASK:
             state.fence_asked.setdefault(key, self.id)

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from causal import CausalBarrier, CausalBuffer, Dep, MsgId
-from topics._messages import Bound, Packet, PubMessage, PubRound, RoundId, Uns, ViewEntry
+from topics._messages import Bound, Fence, Packet, PubMessage, PubRound, RoundId, Uns, ViewEntry
 from vcube import Hypercube, partition_sorted
 
 REPAIR_ROUNDS = 1 << 62
@@ -42,6 +42,11 @@ Another stream's publication that follows it is marked ``ANY_OP``."""
 
 GAP2 = -3
 """In ``_Topic.novel``: the publication after the stream's second gap."""
+
+FENCE_LATER = 256
+"""FENCE packets a topic keeps for streams not known crashed yet (the oldest
+stream's go beyond it): a member hears of a crash a detection delay after
+the coordinator may have."""
 
 DEAD_ROUNDS = 64
 """Crashed sources' last rounds a topic keeps for subscribers their relay
@@ -347,6 +352,9 @@ class _Topic:
     fences: dict[StreamKey, _Fenced] = field(default_factory=dict)
     polls: dict[StreamKey, _Poll] = field(default_factory=dict)
     fence_asked: dict[StreamKey, int] = field(default_factory=dict)
+    # FENCE packets about a stream whose source is not known here to have
+    # crashed (yet): stream -> sender -> packet, at most FENCE_LATER in all.
+    fence_later: dict[StreamKey, dict[int, Fence]] = field(default_factory=dict)
     # Publications a decision released and held again behind what may precede
     # them (VCubePS._fence_release): others released later do not wait on them.
     fence_held: set[MsgId] = field(default_factory=set)
