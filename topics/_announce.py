@@ -45,11 +45,12 @@ class _Announcing(_Aggregation):
 
     def _took(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
         """Mark ``fresh`` (one stream, in order, new here; before ``last_rx``
-        records them): :meth:`_note_novel`, and the stream's first reception."""
-        if not state.preset:
-            self._note_novel(state, fresh)
-            first = fresh[0].id
-            state.first_rx.setdefault(_stream_key(first.source, first.incarnation), first.seq)
+        records them) on a topic not started by an oracle (the callers check
+        ``preset``, so a preset run's hot path makes no call):
+        :meth:`_note_novel`, and the stream's first reception."""
+        self._note_novel(state, fresh)
+        first = fresh[0].id
+        state.first_rx.setdefault(_stream_key(first.source, first.incarnation), first.seq)
 
     def _note_novel(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> None:
         """Mark, per node, the first of ``fresh`` (one stream, in order) that may

@@ -225,7 +225,7 @@ class _Delivery(_CoreBase):
             out.extend(self._release(state, self._start_stream_at(state, msg)))
         deps = self._live_deps(state, msg)
         lossy = state.retired or state.predates or state.fences
-        behind = self._behind_lost(state, msg) if lossy else []
+        behind = self._behind_lost(state, msg) if lossy else None  # no list per delivery
         if behind:
             deps = [*deps, *behind]
         if state.buffer.add(msg, deps):

@@ -152,10 +152,7 @@ class _Fence(_Repair):
             src, inc = msg.id.source, msg.id.incarnation
             if not self._is_dead(src, inc) or buffer.satisfied(msg.id):
                 continue
-            waits: list[Dep] = list(msg.deps)
-            if msg.prev >= 0:
-                waits.append((src, inc, msg.prev))
-            for dep in waits:
+            for dep in _deps(msg):  # ops (negative streams) are never dead streams
                 if self._fence_needed(state, dep):
                     out.extend(self._fence_ask(state, _stream_key(dep[0], dep[1])))
         return out
@@ -176,10 +173,25 @@ class _Fence(_Repair):
 
     def _coordinator(self) -> int:
         """The lowest id this node knows live (itself included)."""
-        return min([n for n in self.overlay.members if not self._known_dead(n)] + [self.id])
+        return min([*self._live_others(), self.id])
 
-    def _fence_life(self) -> RoundId:
-        return RoundId(self.id, self.incarnation, 0)
+    def _live_others(self) -> list[int]:
+        """The other members this node knows live, sorted."""
+        return sorted(n for n in self.overlay.members if n != self.id and not self._known_dead(n))
+
+    def _fence_packet(
+        self,
+        state: _Topic,
+        key: StreamKey,
+        value: int,
+        step: int,
+        messages: tuple[PubMessage, ...] = (),
+        others: tuple[PubMessage, ...] = (),
+    ) -> Fence:
+        """A FENCE on ``state``'s stream ``key`` from this node's life."""
+        src, inc = _stream_of(key)
+        life = RoundId(self.id, self.incarnation, 0)
+        return Fence(life, state.name, MsgId(src, inc, value), step, messages, others)
 
     def _fence_ask(self, state: _Topic, key: StreamKey) -> list[Output]:
         """Ask the coordinator to decide stream ``key`` (or poll, if this node is it)."""
@@ -190,9 +202,7 @@ class _Fence(_Repair):
             fenced.coordinator = coordinator
         if coordinator == self.id:
             return self._poll_start(state, key)
-        src, inc = _stream_of(key)
-        ask = Fence(self._fence_life(), state.name, MsgId(src, inc, -1), FENCE_ASK)
-        return [Send(coordinator, ask)]
+        return [Send(coordinator, self._fence_packet(state, key, -1, FENCE_ASK))]
 
     # --------------------------------------------------------------- polling
 
@@ -202,16 +212,15 @@ class _Fence(_Repair):
         old = state.polls.get(key)
         if old is not None and not old.deferred:
             return []
-        src, inc = _stream_of(key)
         if fenced is not None and fenced.decided is not None:
             content = self._fence_content(state, key)
             return self._fence_tell(state, key, fenced.decided, content, fenced.others)
-        members = {n for n in self.overlay.members if n != self.id and not self._known_dead(n)}
+        members = set(self._live_others())
         if old is not None:  # it gave way to a coordinator that crashed: poll again
             members.update(n for n in old.asked if not self._known_dead(n))
         poll = state.polls[key] = _Poll({n: self._life.get(n, 0) for n in members})
         self._poll_note(poll, self._fence_answer(state, key, self.id))
-        query = Fence(self._fence_life(), state.name, MsgId(src, inc, -1), FENCE_QUERY)
+        query = self._fence_packet(state, key, -1, FENCE_QUERY)
         out: list[Output] = [Send(n, query) for n in sorted(poll.waiting)]
         out.extend(self._poll_done(state, key, poll))
         return out
@@ -246,20 +255,8 @@ class _Fence(_Repair):
         content: tuple[PubMessage, ...],
         others: tuple[PubMessage, ...] = (),
     ) -> list[Output]:
-        src, inc = _stream_of(key)
-        decision = Fence(
-            self._fence_life(),
-            state.name,
-            MsgId(src, inc, value),
-            FENCE_DECISION,
-            content,
-            others,
-        )
-        out: list[Output] = [
-            Send(n, decision)
-            for n in sorted(self.overlay.members)
-            if n != self.id and not self._known_dead(n)
-        ]
+        decision = self._fence_packet(state, key, value, FENCE_DECISION, content, others)
+        out: list[Output] = [Send(n, decision) for n in self._live_others()]
         out.extend(self._fence_apply(state, key, decision))
         return out
 
@@ -277,10 +274,8 @@ class _Fence(_Repair):
         if value is None:
             fenced.coordinator = coordinator
             step, value = FENCE_ANSWER, fenced.frozen
-        src, inc = _stream_of(key)
         content = self._fence_content(state, key)
-        others = self._dead_held(state, key)
-        return Fence(self._fence_life(), state.name, MsgId(src, inc, value), step, content, others)
+        return self._fence_packet(state, key, value, step, content, self._dead_held(state, key))
 
     def _dead_held(self, state: _Topic, key: StreamKey) -> tuple[PubMessage, ...]:
         """The publications of crashed sources other than ``key``'s this node
@@ -401,14 +396,8 @@ class _Fence(_Repair):
         poll = state.polls.pop(key, None)
         if poll is None or not poll.deferred:
             return []
-        again = Fence(
-            self._fence_life(),
-            state.name,
-            decision.stream,
-            FENCE_DECISION,
-            decision.messages,
-            decision.others,
-        )
+        value, msgs, others = decision.stream.seq, decision.messages, decision.others
+        again = self._fence_packet(state, key, value, FENCE_DECISION, msgs, others)
         return [Send(n, again) for n in poll.asked if not self._known_dead(n)]
 
     def _fence_take_others(self, state: _Topic, others: tuple[PubMessage, ...]) -> list[Output]:
@@ -433,7 +422,8 @@ class _Fence(_Repair):
         fresh, last_rx = self._fresh(state.last_rx, msgs)
         if not fresh or last_rx is None:
             return []
-        self._took(state, fresh)
+        if not state.preset:
+            self._took(state, fresh)
         first = fresh[0].id
         state.last_rx[_stream_key(first.source, first.incarnation)] = last_rx
         out: list[Output] = []

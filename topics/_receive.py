@@ -157,7 +157,7 @@ class _Receive(_Fence):
         if fenced:
             self._fence_hold(state, fenced)
         out: list[Output] = []
-        if fresh:
+        if fresh and not state.preset:
             self._took(state, fresh)
         if last_rx is not None:  # something new: the newest round of its stream here
             stream = _stream_key(messages[0].id.source, messages[0].id.incarnation)

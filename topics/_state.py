@@ -355,8 +355,9 @@ class _Topic:
     # FENCE packets about a stream whose source is not known here to have
     # crashed (yet): stream -> sender -> packet, at most FENCE_LATER in all.
     fence_later: dict[StreamKey, dict[int, Fence]] = field(default_factory=dict)
-    # Publications a decision released and held again behind what may precede
-    # them (VCubePS._fence_release): others released later do not wait on them.
+    # Publications held behind what may precede a publication they name that
+    # is never delivered here (VCubePS._fence_release, _behind_lost): others
+    # held that way later do not wait on them (no circle).
     fence_held: set[MsgId] = field(default_factory=set)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
