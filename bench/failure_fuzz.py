@@ -100,14 +100,16 @@ def run_one(
     tpp_stdev: float = 25.0,
     partial: bool = False,
     burst: bool = False,
+    detect: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """Draw and run case ``seed``; return its script and what broke (kinds).
     ``partial``: the real detector and seed-only introductions; ``burst``:
-    :func:`draw_burst` (module docstring)."""
+    :func:`draw_burst` (module docstring); ``detect``: the oracle's
+    ``(delay, jitter)`` for every run instead of one drawn from :data:`DETECT`."""
     rng = random.Random(seed)
     n = rng.randint(3, 10)
     topics = ["t0", "t1"][: rng.randint(1, 2)]
-    detect = rng.choice(DETECT)
+    detect = rng.choice(DETECT if detect is None else [detect])
     delays = DelayModel(tpp_stdev=tpp_stdev)
     intro: dict[int, set[int]] | None = None
     if partial:
@@ -158,12 +160,28 @@ def _check(sim: Simulation, partial: bool) -> list[str]:
         return [f"exception:{type(exc).__name__}"]
 
 
+def _detect_arg(text: str) -> tuple[float, float]:
+    """``--detect DELAY,JITTER``: two finite numbers, the delay positive."""
+    try:
+        delay, jitter = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected DELAY,JITTER, got {text!r}") from None
+    if not (0 < delay < float("inf") and 0 <= jitter < float("inf")):
+        raise argparse.ArgumentTypeError(f"need DELAY > 0 and JITTER >= 0, got {text!r}")
+    return delay, jitter
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400, help="runs per mode (default 400)")
     parser.add_argument("--first-seed", type=int, default=0, help="seed of the first run")
     parser.add_argument("--tpp-stdev", type=float, default=25.0, help="stdev of t_pp (25)")
-    parser.add_argument("--modes", default="crash,recover", help="of crash,recover,partial")
+    parser.add_argument("--modes", default="crash,recover", help="of crash,recover,partial,burst")
+    parser.add_argument(
+        "--detect",
+        type=_detect_arg,
+        help="DELAY,JITTER of the oracle detector in every run (default: drawn per run)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/out/failure_fuzz.json"))
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -182,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tpp_stdev=args.tpp_stdev,
                 partial=mode == "partial",
                 burst=mode == "burst",
+                detect=args.detect,
             )
             for seed in seeds
         ]
@@ -192,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs": args.runs,
             "first_seed": args.first_seed,
             "tpp_stdev": args.tpp_stdev,
+            "detect": args.detect,
             "broken": len(bad),
             "kinds": dict(kinds),
             "fenced": sum(1 for r in runs if r["fence_packets"]),

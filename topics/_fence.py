@@ -244,6 +244,11 @@ class _Fence(_Repair):
             return []
         del state.polls[key]
         value = poll.decided if poll.decided is not None else poll.best
+        # What this node got of other crashed sources since its own answer
+        # (the poll's first) goes too: a copy still in flight then may precede
+        # what the decision gives up (burst seed 392, links 40 + N(0, 150)).
+        for m in self._dead_held(state, key):
+            poll.others.setdefault(m.id, m)
         others = tuple(poll.others.values())[: self.config.max_round_messages]
         return self._fence_tell(state, key, value, poll.content, others)
 

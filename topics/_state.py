@@ -359,6 +359,9 @@ class _Topic:
     # is never delivered here (VCubePS._fence_release, _behind_lost): others
     # held that way later do not wait on them (no circle).
     fence_held: set[MsgId] = field(default_factory=set)
+    # While the confirmation considers what came early, the ones not considered
+    # yet: they count as held for _held_before (VCubePS._confirm).
+    arriving: tuple[PubMessage, ...] = ()
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
     # Sources this confirmed subscription announced itself to for want of a
