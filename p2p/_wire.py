@@ -32,7 +32,8 @@ ACK      ``[3, round, topic, [op, ...], [bound, ...]]``        each <= max_view_
          (and ``beyond``)
 FENCE    ``[8, round, topic, id, step, [message, ...],``       ``topics.Fence``: id's seq is
          ``[message, ...]]`` (``messages``, ``others``)        the value plus one; step 0..4;
-                                                               each <= max_round_messages
+         or ``[8, ..., [message, ...], [id, ...]]``            each <= max_round_messages;
+         (and ``marks``, each id's seq plus one)               marks <= max_view_entries
 round    ``[source: node, incarnation: ctr, number: ctr]``     ``RoundId``
 op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (subscribed)
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
@@ -439,14 +440,20 @@ def _e_packet(p: Packet) -> bytes:
         )
     if isinstance(p, Fence):  # the stream's value is sent plus one: -1 is "none"
         src, inc, value = p.stream
+        marks = b""
+        if p.marks:  # an eighth element only when there are marks
+            marks = _e_array(len(p.marks)) + b"".join(
+                _e_id(MsgId(n, i, q + 1)) for n, i, q in p.marks
+            )
         return (
-            b"\x87\x08"
+            (b"\x88\x08" if marks else b"\x87\x08")
             + _e_round(p.round)
             + _e_topic(p.topic)
             + _e_id(MsgId(src, inc, value + 1))
             + _e_int(p.step)
             + _e_messages(p.messages)
             + _e_messages(p.others)
+            + marks
         )
     raise TypeError(f"not a packet: {type(p).__name__}")
 
@@ -1143,8 +1150,15 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
 
 
 def _d_fence(raw: list[object], lim: WireLimits) -> Fence:
-    _, rid, topic, stream, step, msgs, others = _array(raw, "FENCE", 7)
+    if len(raw) not in (7, 8):
+        raise WireError(f"FENCE: expected 7 or 8 elements, got {len(raw)}")
+    _, rid, topic, stream, step, msgs, others = raw[:7]
     src, inc, value = _d_id(stream, "FENCE.stream")
+    marks: list[MsgId] = []
+    if len(raw) == 8:
+        for m in _array(raw[7], "FENCE.marks", limit=lim.max_view_entries):
+            n, i, q = _d_id(m, "FENCE.marks[]")
+            marks.append(MsgId(n, i, q - 1))
     limit = lim.max_round_messages
     return Fence(
         _d_round(rid),
@@ -1153,6 +1167,7 @@ def _d_fence(raw: list[object], lim: WireLimits) -> Fence:
         _int(step, "FENCE.step", 0, 5),
         tuple(_d_message(m, lim) for m in _array(msgs, "FENCE.messages", limit=limit)),
         tuple(_d_message(m, lim) for m in _array(others, "FENCE.others", limit=limit)),
+        tuple(marks),
     )
 
 

@@ -313,6 +313,7 @@ BURST_FOUND: list[tuple[int, float, tuple[float, float] | None]] = [
     (2251, 60.0, None),
     (392, 150.0, (50.0, 25.0)),
     (2796, 300.0, (50.0, 25.0)),
+    (11954, 300.0, (50.0, 25.0)),
 ]
 """``(seed, tpp_stdev, detect)`` of burst fuzz runs that broke a guarantee."""
 
@@ -340,7 +341,10 @@ def test_the_burst_fuzz_counterexamples_hold(
     6's confirmation, (0, 1), which names dead node 9's skipped (9, 1), was
     considered before (1, 1), which (9, 1) follows, though both had come
     early; the early ones not considered yet now count as held
-    (``_held_before``)."""
+    (``_held_before``).  11954: live node 5's (5, 1), which the given-up
+    (1, 1) followed, reached node 4 after the decision that released (0, 1),
+    which names (1, 1); a decision now says how far each member's own stream
+    had come (``Fence.marks``), and what it releases waits for those."""
     from bench.failure_fuzz import run_one
 
     found = run_one(seed, recover=False, tpp_stdev=tpp_stdev, burst=True, detect=detect)
@@ -426,3 +430,50 @@ def test_a_decision_about_a_live_stream_cuts_nothing() -> None:
     assert delivered(node.receive(COORD, fence(COORD, FENCE_DECISION, -1), 0.0)) == []
     out = node.receive(SOURCE, late_copy(), 0.0)
     assert delivered(out) == [MsgId(SOURCE, 0, 1), named.id]
+
+
+def test_an_answer_marks_how_far_the_members_own_stream_had_come() -> None:
+    """And an answer marking another node's stream, or a question carrying a
+    mark, is refused: a mark makes members wait, so only its node gives it."""
+    node = member()
+    node.publish("t", b"mine", 0.0)
+    [(_, answer)] = sent(node.receive(COORD, fence(COORD, FENCE_QUERY), 0.0))
+    assert answer.marks == (MsgId(1, 0, 1),)
+    for bad in (
+        Fence(RoundId(2, 0, 0), "t", STREAM, FENCE_ANSWER, marks=(MsgId(0, 0, 5),)),
+        Fence(RoundId(2, 0, 0), "t", STREAM, FENCE_QUERY, marks=(MsgId(2, 0, 5),)),
+    ):
+        with pytest.raises(RemoteProtocolError):
+            node.receive(2, bad, 0.0)
+
+
+def test_a_poll_gathers_the_marks_into_its_decision() -> None:
+    node = coordinator()
+    node.receive(2, fence(2, FENCE_ASK), 0.0)
+    answer = Fence(RoundId(2, 0, 0), "t", STREAM, FENCE_ANSWER, marks=(MsgId(2, 0, 4),))
+    node.receive(2, answer, 0.0)
+    out = node.receive(1, fence(1, FENCE_ANSWER), 0.0)
+    decisions = {p.marks for _, p in sent(out)}
+    assert decisions == {(MsgId(2, 0, 4),)}  # node 0 published nothing: no mark
+
+
+def test_a_released_publication_waits_for_a_live_members_stream_up_to_its_mark() -> None:
+    """(2, 4) names the given-up (3, 1), which may follow live node 6's (6, 2):
+    the decision marks node 6's stream at 2, so (2, 4) waits for (6, 2)."""
+    node = VCubePS(1, overlay=Hypercube(range(8)))
+    node.preset_subscription("t", range(8))
+    for dead in (2, 3):
+        node.crashed(dead, 0, 0.0)
+    node.set_overlay(Hypercube([0, 1, 4, 5, 6, 7]))
+    a = PubMessage(MsgId(2, 0, 4), b"a", (MsgId(3, 0, 1),))
+    assert delivered(node.receive(7, PubRound(RoundId(7, 0, 9), "t", (a,), ()), 0.0)) == []
+    marks = (MsgId(6, 0, 2), MsgId(7, 0, -1))
+    decision = Fence(RoundId(0, 0, 0), "t", MsgId(3, 0, -1), FENCE_DECISION, marks=marks)
+    assert delivered(node.receive(0, decision, 0.0)) == []
+    first = PubMessage(MsgId(6, 0, 1), b"6")
+    second = PubMessage(MsgId(6, 0, 2), b"6", (), (), 1)
+    assert delivered(node.receive(6, PubRound(RoundId(6, 0, 1), "t", (first,), ()), 0.0)) == [
+        first.id
+    ]
+    out = node.receive(6, PubRound(RoundId(6, 0, 2), "t", (second,), ()), 0.0)
+    assert delivered(out) == [second.id, a.id]

@@ -131,6 +131,9 @@ packets: st.SearchStrategy[Packet] = st.one_of(
         st.integers(0, 4),
         st.lists(messages, max_size=3).map(tuple),
         st.lists(messages, max_size=2).map(tuple),
+        st.lists(
+            st.builds(MsgId, nodes, counters, st.integers(-1, COUNTER_LIMIT - 2)), max_size=3
+        ).map(tuple),
     ),
 )
 items = st.one_of(packets, st.lists(packets, min_size=1, max_size=4).map(tuple).map(Bundle))
@@ -201,7 +204,9 @@ def cbor_tree(p: Packet) -> list[object]:
         return [0, r, p.topic, msgs(p.messages), list(p.dests)]
     if isinstance(p, Fence):  # the value goes plus one (-1 is "none")
         stream = [p.stream.source, p.stream.incarnation, p.stream.seq + 1]
-        return [8, r, p.topic, stream, p.step, msgs(p.messages), msgs(p.others)]
+        fence = [8, r, p.topic, stream, p.step, msgs(p.messages), msgs(p.others)]
+        marks = [[m.source, m.incarnation, m.seq + 1] for m in p.marks]
+        return fence + [marks] if marks else fence  # marks only when there are some
     if isinstance(p, Sub):
         return [1, r, p.topic, op(p.op)]
 

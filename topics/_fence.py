@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from causal import Dep, MsgId
-from topics._delivery import _deps, _held_before
+from topics._delivery import _deps, _held_before, _predates
 from topics._errors import RemoteProtocolError
 from topics._events import Output, Send
 from topics._messages import (
@@ -74,6 +74,13 @@ from topics._state import (
     _stream_of,
     _Topic,
 )
+
+
+def _note_marks(marks: dict[tuple[int, int], int], found: Iterable[MsgId]) -> None:
+    """Keep the highest mark per member stream (``Fence.marks``)."""
+    for src, inc, seq in found:
+        if seq > marks.get((src, inc), -1):
+            marks[(src, inc)] = seq
 
 
 def _fence_later(state: _Topic, key: StreamKey, sender: int, packet: Fence) -> None:
@@ -148,11 +155,15 @@ class _Fence(_Repair):
         leaves this to the fence)."""
         out: list[Output] = []
         buffer = state.buffer
+        waits = state.fence_waits
+        for mid in [k for k in waits if buffer.satisfied(k)]:
+            del waits[mid]  # delivered
         for msg in msgs:
             src, inc = msg.id.source, msg.id.incarnation
             if not self._is_dead(src, inc) or buffer.satisfied(msg.id):
                 continue
-            for dep in _deps(msg):  # ops (negative streams) are never dead streams
+            # ops (negative streams) are never dead streams
+            for dep in [*_deps(msg), *waits.get(msg.id, ())]:
                 if self._fence_needed(state, dep):
                     out.extend(self._fence_ask(state, _stream_key(dep[0], dep[1])))
         return out
@@ -187,11 +198,16 @@ class _Fence(_Repair):
         step: int,
         messages: tuple[PubMessage, ...] = (),
         others: tuple[PubMessage, ...] = (),
+        marks: tuple[MsgId, ...] = (),
     ) -> Fence:
         """A FENCE on ``state``'s stream ``key`` from this node's life."""
         src, inc = _stream_of(key)
         life = RoundId(self.id, self.incarnation, 0)
-        return Fence(life, state.name, MsgId(src, inc, value), step, messages, others)
+        return Fence(life, state.name, MsgId(src, inc, value), step, messages, others, marks)
+
+    def _own_mark(self, state: _Topic) -> MsgId:
+        """How far this node's own stream on ``state`` has come (Fence.marks)."""
+        return MsgId(self.id, self.incarnation, state.last_pub)
 
     def _fence_ask(self, state: _Topic, key: StreamKey) -> list[Output]:
         """Ask the coordinator to decide stream ``key`` (or poll, if this node is it)."""
@@ -214,7 +230,8 @@ class _Fence(_Repair):
             return []
         if fenced is not None and fenced.decided is not None:
             content = self._fence_content(state, key)
-            return self._fence_tell(state, key, fenced.decided, content, fenced.others)
+            marks = fenced.marks
+            return self._fence_tell(state, key, fenced.decided, content, fenced.others, marks)
         members = set(self._live_others())
         if old is not None:  # it gave way to a coordinator that crashed: poll again
             members.update(n for n in old.asked if not self._known_dead(n))
@@ -237,6 +254,7 @@ class _Fence(_Repair):
             poll.best, poll.content = value, content
         for m in answer.others:
             poll.others.setdefault(m.id, m)
+        _note_marks(poll.marks, answer.marks)
 
     def _poll_done(self, state: _Topic, key: StreamKey, poll: _Poll) -> list[Output]:
         """Decide once nobody asked is left to answer, and tell every live member."""
@@ -249,8 +267,10 @@ class _Fence(_Repair):
         # what the decision gives up (burst seed 392, links 40 + N(0, 150)).
         for m in self._dead_held(state, key):
             poll.others.setdefault(m.id, m)
+        _note_marks(poll.marks, (self._own_mark(state),))
         others = tuple(poll.others.values())[: self.config.max_round_messages]
-        return self._fence_tell(state, key, value, poll.content, others)
+        marks = tuple(MsgId(n, i, s) for (n, i), s in sorted(poll.marks.items()))
+        return self._fence_tell(state, key, value, poll.content, others, marks)
 
     def _fence_tell(
         self,
@@ -259,8 +279,9 @@ class _Fence(_Repair):
         value: int,
         content: tuple[PubMessage, ...],
         others: tuple[PubMessage, ...] = (),
+        marks: tuple[MsgId, ...] = (),
     ) -> list[Output]:
-        decision = self._fence_packet(state, key, value, FENCE_DECISION, content, others)
+        decision = self._fence_packet(state, key, value, FENCE_DECISION, content, others, marks)
         out: list[Output] = [Send(n, decision) for n in self._live_others()]
         out.extend(self._fence_apply(state, key, decision))
         return out
@@ -275,12 +296,13 @@ class _Fence(_Repair):
         fenced = state.fences.get(key)
         if fenced is None:
             fenced = state.fences[key] = _Fenced(state.last_rx.get(key, -1), coordinator)
-        step, value = FENCE_DECIDED, fenced.decided
+        step, value, marks = FENCE_DECIDED, fenced.decided, fenced.marks
         if value is None:
             fenced.coordinator = coordinator
-            step, value = FENCE_ANSWER, fenced.frozen
+            step, value, marks = FENCE_ANSWER, fenced.frozen, (self._own_mark(state),)
         content = self._fence_content(state, key)
-        return self._fence_packet(state, key, value, step, content, self._dead_held(state, key))
+        others = self._dead_held(state, key)
+        return self._fence_packet(state, key, value, step, content, others, marks)
 
     def _dead_held(self, state: _Topic, key: StreamKey) -> tuple[PubMessage, ...]:
         """The publications of crashed sources other than ``key``'s this node
@@ -367,33 +389,63 @@ class _Fence(_Repair):
         fenced.stash = {}
         fenced.content = tuple(m for m in decision.messages if m.id.seq <= value)
         fenced.others = decision.others
+        fenced.marks = decision.marks
         state.fence_asked.pop(key, None)
         out = self._fence_pass_on(state, key, decision)
         out.extend(self._fence_take(state, tuple(taken[s] for s in sorted(taken))))
         out.extend(self._fence_take_others(state, decision.others))
         src, inc = _stream_of(key)
-        out.extend(self._fence_release(state, key, state.buffer.settle_above(src, inc, value)))
+        released = state.buffer.settle_above(src, inc, value)
+        out.extend(self._fence_release(state, key, released, decision.marks))
         if state.confirmed and len(state.buffer):
             out.extend(self._fence_held(state, state.buffer.items()))
         return out
 
     def _fence_release(
-        self, state: _Topic, key: StreamKey, released: list[PubMessage]
+        self,
+        state: _Topic,
+        key: StreamKey,
+        released: list[PubMessage],
+        marks: tuple[MsgId, ...] = (),
     ) -> list[Output]:
         """Deliver what the decision on ``key`` released, each once nothing
-        held here may precede it: a publication given up took its causal past
-        with it, so what waited on it also waits for every held publication
-        that may be in that past (:func:`~topics._delivery._held_before`)."""
+        here may precede it: a publication given up took its causal past with
+        it, so what waited on it also waits for every held publication that
+        may be in that past (:func:`~topics._delivery._held_before`), and for
+        each live member's stream up to its mark, owed here and perhaps still
+        on its way (burst seed 11954, ``--detect 50,25 --tpp-stdev 300``: live
+        node 5's (5, 1) reached node 4 after the decision that released (0, 1),
+        which named the given-up (1, 1), which followed (5, 1))."""
         out: list[Output] = []
         src, inc = _stream_of(key)
+        coming = self._marks_owed(state, marks)
         for msg in released:
             lost = max((d[2] for d in _deps(msg) if d[0] == src and d[1] == inc), default=-1)
-            before = _held_before(state, msg, [(src, inc, lost)])
-            if before and not state.buffer.add(msg, before):
+            waits: list[Dep] = [*_held_before(state, msg, [(src, inc, lost)]), *coming]
+            if waits and not state.buffer.add(msg, waits):
                 state.fence_held.add(msg.id)
+                if coming:
+                    state.fence_waits[msg.id] = tuple(coming)
                 continue
             out.extend(self._release(state, [msg]))
         return out
+
+    def _marks_owed(self, state: _Topic, marks: tuple[MsgId, ...]) -> list[Dep]:
+        """The marks of live members' streams (``Fence.marks``) not delivered
+        here and owed here (a stream's publications at or below a mark that
+        predate this subscription are never delivered here, so they are not
+        waited for): each arrives, as its source is live."""
+        buffer = state.buffer
+        return [
+            m
+            for m in marks
+            if m.seq >= 0
+            and m.source != self.id
+            and not self._known_dead(m.source)
+            and not self._is_dead(m.source, m.incarnation)
+            and not _predates(state, m.source, m.incarnation, m.seq)
+            and not buffer.satisfied(m)
+        ]
 
     def _fence_pass_on(self, state: _Topic, key: StreamKey, decision: Fence) -> list[Output]:
         """A poll that gave way passes the decision on to everyone it asked
@@ -402,7 +454,7 @@ class _Fence(_Repair):
         if poll is None or not poll.deferred:
             return []
         value, msgs, others = decision.stream.seq, decision.messages, decision.others
-        again = self._fence_packet(state, key, value, FENCE_DECISION, msgs, others)
+        again = self._fence_packet(state, key, value, FENCE_DECISION, msgs, others, decision.marks)
         return [Send(n, again) for n in poll.asked if not self._known_dead(n)]
 
     def _fence_take_others(self, state: _Topic, others: tuple[PubMessage, ...]) -> list[Output]:
@@ -448,6 +500,12 @@ class _Fence(_Repair):
             raise RemoteProtocolError(f"malformed FENCE from {sender}: {packet!r}")
         self._check_remote(packet.topic, packet.messages)
         self._check_remote(packet.topic, packet.others)
+        own = {(sender, packet.round.incarnation)}
+        if packet.marks and (
+            packet.step in (FENCE_ASK, FENCE_QUERY)
+            or (packet.step == FENCE_ANSWER and {m[:2] for m in packet.marks} != own)
+        ):  # an answer marks its sender's own stream only; a question none
+            raise RemoteProtocolError(f"FENCE from {sender} carries marks it may not")
         if packet.messages:
             self._fresh({}, packet.messages)  # one stream, in order
             last = packet.messages[-1].id

@@ -192,9 +192,13 @@ class Fence:
     of its last round up to ``value`` (an answer's or a decision's);
     ``others`` the publications of other crashed sources the sender holds
     (an answer's, gathered into the decision's), which may precede the
-    publications given up.  ``round`` names the sender's life,
-    ``RoundId(sender, incarnation, 0)``: a FENCE belongs to no tree
-    traversal and is never acknowledged.
+    publications given up.  ``marks`` say how far the own stream on the
+    topic of each member that answered had come when it answered,
+    ``(member, incarnation, last sequence number published)``: an answer's
+    its sender's, a decision's all of them, since any publication of those
+    streams that the given-up ones followed is at or below its mark.
+    ``round`` names the sender's life, ``RoundId(sender, incarnation, 0)``: a
+    FENCE belongs to no tree traversal and is never acknowledged.
     """
 
     round: RoundId
@@ -203,6 +207,7 @@ class Fence:
     step: int
     messages: tuple[PubMessage, ...] = ()
     others: tuple[PubMessage, ...] = ()
+    marks: tuple[MsgId, ...] = ()
     kind: Literal["FENCE"] = "FENCE"
 
 
@@ -244,7 +249,8 @@ def wire_size(packet: Packet) -> int:
     if isinstance(packet, Sub):
         return head + 8
     if isinstance(packet, Fence):  # a stream (an id and a counter), a step, publications
-        return head + ID_BYTES + 9 + _messages_size(packet.messages + packet.others)
+        marks = ID_BYTES * len(packet.marks)
+        return head + ID_BYTES + 9 + marks + _messages_size(packet.messages + packet.others)
     if isinstance(packet, Uns):
         extra = len(packet.predates) + len(packet.beyond)
         return head + 8 + ID_BYTES * len(packet.dests) + 8 * extra

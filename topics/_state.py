@@ -210,13 +210,14 @@ class _Fenced:
     the publications that came with it (what it answers a later poll), and
     the coordinator it expects that decision from."""
 
-    __slots__ = ("content", "coordinator", "decided", "frozen", "others", "stash")
+    __slots__ = ("content", "coordinator", "decided", "frozen", "marks", "others", "stash")
 
     def __init__(self, frozen: int, coordinator: int) -> None:
         self.frozen = frozen
         self.decided: int | None = None
         self.content: tuple[PubMessage, ...] = ()
         self.others: tuple[PubMessage, ...] = ()
+        self.marks: tuple[MsgId, ...] = ()
         self.stash: dict[int, PubMessage] = {}
         self.coordinator = coordinator
 
@@ -228,7 +229,7 @@ class _Poll:
     and whether it gave way to a coordinator with a lower id (``deferred``:
     it decides nothing, and passes that one's decision on to ``asked``)."""
 
-    __slots__ = ("asked", "best", "content", "decided", "deferred", "others", "waiting")
+    __slots__ = ("asked", "best", "content", "decided", "deferred", "marks", "others", "waiting")
 
     def __init__(self, waiting: dict[int, int]) -> None:
         self.waiting = waiting
@@ -239,6 +240,8 @@ class _Poll:
         self.deferred = False
         self.others: dict[MsgId, PubMessage] = {}
         """Publications of other crashed sources the members hold (Fence.others)."""
+        self.marks: dict[tuple[int, int], int] = {}
+        """How far each member's own stream had come when it answered (Fence.marks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +365,10 @@ class _Topic:
     # While the confirmation considers what came early, the ones not considered
     # yet: they count as held for _held_before (VCubePS._confirm).
     arriving: tuple[PubMessage, ...] = ()
+    # Publications a fence decision released that wait, beyond their barrier,
+    # up to the marks of live members' streams (VCubePS._fence_release): a
+    # crash of such a member asks about its stream as for a barrier entry.
+    fence_waits: dict[MsgId, tuple[Dep, ...]] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
     # Sources this confirmed subscription announced itself to for want of a
