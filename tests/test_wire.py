@@ -206,7 +206,7 @@ def cbor_tree(p: Packet) -> list[object]:
         stream = [p.stream.source, p.stream.incarnation, p.stream.seq + 1]
         fence = [8, r, p.topic, stream, p.step, msgs(p.messages), msgs(p.others)]
         marks = [[m.source, m.incarnation, m.seq + 1] for m in p.marks]
-        return fence + [marks] if marks else fence  # marks only when there are some
+        return [*fence, marks] if marks else fence  # marks only when there are some
     if isinstance(p, Sub):
         return [1, r, p.topic, op(p.op)]
 
