@@ -312,7 +312,6 @@ BURST_FOUND: list[tuple[int, float, tuple[float, float] | None]] = [
     (996, 60.0, None),
     (2251, 60.0, None),
     (392, 150.0, (50.0, 25.0)),
-    (2796, 300.0, (50.0, 25.0)),
     (11954, 300.0, (50.0, 25.0)),
 ]
 """``(seed, tpp_stdev, detect)`` of burst fuzz runs that broke a guarantee."""
@@ -332,19 +331,16 @@ def test_the_burst_fuzz_counterexamples_hold(
     ``_fence_release``: two publications released by one decision each
     waited for the other.
 
-    Seeds 392 and 2796 come from a detector faster than the links' spread
-    (``--detect 50,25`` with ``--tpp-stdev 150`` and ``300``), both causal.
-    392: dead node 0's (0, 1) precedes the given-up (1, 1); it reached the
-    coordinator after its own answer and node 6 only after the decision, so
-    (9, 1), which names (1, 1), went first there; a decision now carries what
-    the coordinator holds of crashed sources when it decides.  2796: at node
-    6's confirmation, (0, 1), which names dead node 9's skipped (9, 1), was
-    considered before (1, 1), which (9, 1) follows, though both had come
-    early; the early ones not considered yet now count as held
-    (``_held_before``).  11954: live node 5's (5, 1), which the given-up
-    (1, 1) followed, reached node 4 after the decision that released (0, 1),
-    which names (1, 1); a decision now says how far each member's own stream
-    had come (``Fence.marks``), and what it releases waits for those."""
+    Seeds 392 and 11954 come from a detector faster than the links' spread
+    (``--detect 50,25`` with ``--tpp-stdev 150`` and ``300``), both causal,
+    both on b2f006e too.  392: dead node 0's (0, 1) precedes the given-up
+    (1, 1); it reached the coordinator after its own answer and node 6 only
+    after the decision, so (9, 1), which names (1, 1), went first there; a
+    decision now carries what the coordinator holds of crashed sources when
+    it decides.  11954: live node 5's (5, 1), which the given-up (1, 1)
+    followed, reached node 4 after the decision that released (0, 1), which
+    names (1, 1); a decision now says how far each member's own stream had
+    come (``Fence.marks``), and what it releases waits until those came."""
     from bench.failure_fuzz import run_one
 
     found = run_one(seed, recover=False, tpp_stdev=tpp_stdev, burst=True, detect=detect)
@@ -459,7 +455,8 @@ def test_a_poll_gathers_the_marks_into_its_decision() -> None:
 
 def test_a_released_publication_waits_for_a_live_members_stream_up_to_its_mark() -> None:
     """(2, 4) names the given-up (3, 1), which may follow live node 6's (6, 2):
-    the decision marks node 6's stream at 2, so (2, 4) waits for (6, 2)."""
+    the decision marks node 6's stream at 2, so (2, 4) waits until (6, 2)
+    came (and, held or delivered, for it by the rule for held ones)."""
     node = VCubePS(1, overlay=Hypercube(range(8)))
     node.preset_subscription("t", range(8))
     for dead in (2, 3):
@@ -477,3 +474,23 @@ def test_a_released_publication_waits_for_a_live_members_stream_up_to_its_mark()
     ]
     out = node.receive(6, PubRound(RoundId(6, 0, 2), "t", (second,), ()), 0.0)
     assert delivered(out) == [second.id, a.id]
+
+
+def test_a_marked_publication_that_follows_the_released_one_does_not_block_it() -> None:
+    """Node 6's mark (6, 1) may be a publication that follows the released
+    (2, 4): it counts once it came, so (2, 4) goes first, then (6, 1).
+    Waiting for its delivery instead deadlocked: each waited for the other
+    (found by ``bench.failure_fuzz`` crash seed 120040 under a first cut)."""
+    node = VCubePS(1, overlay=Hypercube(range(8)))
+    node.preset_subscription("t", range(8))
+    for dead in (2, 3):
+        node.crashed(dead, 0, 0.0)
+    node.set_overlay(Hypercube([0, 1, 4, 5, 6, 7]))
+    a = PubMessage(MsgId(2, 0, 4), b"a", (MsgId(3, 0, 1),))
+    assert delivered(node.receive(7, PubRound(RoundId(7, 0, 9), "t", (a,), ()), 0.0)) == []
+    marks = (MsgId(6, 0, 1),)
+    decision = Fence(RoundId(0, 0, 0), "t", MsgId(3, 0, -1), FENCE_DECISION, marks=marks)
+    assert delivered(node.receive(0, decision, 0.0)) == []
+    after = PubMessage(MsgId(6, 0, 1), b"after", (a.id,))
+    out = node.receive(6, PubRound(RoundId(6, 0, 1), "t", (after,), ()), 0.0)
+    assert delivered(out) == [a.id, after.id]

@@ -84,6 +84,7 @@ class VCubePS(_Receive):
         state.syncing, state.asked = set(), set()
         state.bridges = {}
         state.skipped_past = {}
+        state.marked = {}
         return self._enqueue(state, op)
 
     def unsubscribe(self, topic: str, now: float) -> list[Output]:
@@ -94,10 +95,10 @@ class VCubePS(_Receive):
         op = self._new_op(state, subscribed=False)
         state.subscribed = state.confirmed = False
         out: list[Output] = []
-        held = len(state.buffer) + len(state.early)
+        held = len(state.buffer) + len(state.early) + len(state.marked)
         if held:
             out.append(Dropped(topic, held, "unsubscribed before their predecessors arrived"))
-        state.buffer, state.early = CausalBuffer(), []
+        state.buffer, state.early, state.marked = CausalBuffer(), [], {}
         out.extend(self._flush_held(state))
         out.extend(self._enqueue(state, op))
         return out

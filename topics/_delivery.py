@@ -44,8 +44,8 @@ def _held_before(state: _Topic, msg: PubMessage, lost: Iterable[Dep]) -> list[Ms
     waiting on them could close a circle)."""
     held = state.buffer.items()
     state.fence_held.intersection_update(h.id for h in held)
-    if state.arriving:
-        held = [*held, *(m for m in state.arriving if not _predates(state, *m.id))]
+    if state.marked:  # kept for marks (topics._fence): held too
+        held = [*held, *(m for m, _ in state.marked.values())]
     after = {(msg.id.source, msg.id.incarnation): msg.id.seq}  # stream -> first after
     for src, inc, seq in lost:
         after[(src, inc)] = min(seq, after.get((src, inc), seq))
@@ -149,15 +149,8 @@ class _Delivery(_CoreBase):
         for msg in early:  # first, so that what depends on them, in any order, waits
             if self._skipped(state, msg):
                 self._remember_skipped(state, msg)
-        # Each waits, through _held_before, for the early ones not considered
-        # yet as for held ones: considered in arrival order, one naming a lost
-        # publication went before the one that lost one followed (burst seed
-        # 2796, links 40 + N(0, 300): (0, 1) names dead node 9's (9, 1), which
-        # follows (1, 1); both came early and (0, 1) was delivered first).
-        for i, msg in enumerate(early):
-            state.arriving = tuple(early[i + 1 :])
+        for msg in early:
             out.extend(self._consider(state, msg))
-        state.arriving = ()
         if early:  # what came early was never asked about (found: verify, seed 20)
             came = tuple(early)
             out.extend(self._ask_bounds(state, came, came))
@@ -235,6 +228,9 @@ class _Delivery(_CoreBase):
         deps = self._live_deps(state, msg)
         lossy = state.retired or state.predates or state.fences
         behind = self._behind_lost(state, msg) if lossy else None  # no list per delivery
+        if behind is None and lossy:
+            # it waits for streams to come up to marks first (topics._fence)
+            return out + self._await_marks(state, msg)
         if behind:
             deps = [*deps, *behind]
         if state.buffer.add(msg, deps):
@@ -245,7 +241,7 @@ class _Delivery(_CoreBase):
             self._note_held()
         return out
 
-    def _behind_lost(self, state: _Topic, msg: PubMessage) -> list[MsgId]:
+    def _behind_lost(self, state: _Topic, msg: PubMessage) -> list[Dep] | None:
         """What ``msg`` waits for beyond its barrier: a publication it names
         that will never be delivered here (of a stream retired at the
         confirmation, or given up by a fence) took its causal past with it,
@@ -255,7 +251,14 @@ class _Delivery(_CoreBase):
         names that source's (6, 2), before (2, 2) and (1, 1), which (6, 2)
         follows (``bench.failure_fuzz`` recover seed 81681, ``--tpp-stdev 60``;
         it failed on 1fb4b73 too).  A publication seen here and skipped
-        brings its own past in instead (``skipped_past``)."""
+        brings its own past in instead (``skipped_past``).  ``None``: that
+        past is not known yet (:meth:`_past_waits`)."""
+        lost = self._lost_of(state, msg)
+        return self._past_waits(state, msg, lost) if lost else []
+
+    def _lost_of(self, state: _Topic, msg: PubMessage) -> list[Dep]:
+        """The publications ``msg`` names whose causal past is unknown here
+        (:meth:`_unknown_past`; not seen here, and not in ``skipped_past``)."""
         buffer = state.buffer
         named = list(buffer.unmet(msg.dep_lookup()))  # delivered here: not lost
         if msg.prev >= 0:
@@ -265,8 +268,17 @@ class _Delivery(_CoreBase):
         if not named:
             return []
         past = state.skipped_past
-        lost: list[Dep] = [d for d in named if d not in past and self._unknown_past(state, d)]
-        return _held_before(state, msg, lost) if lost else []
+        return [d for d in named if d not in past and self._unknown_past(state, d)]
+
+    def _past_waits(self, state: _Topic, msg: PubMessage, lost: list[Dep]) -> list[Dep] | None:
+        """What ``msg`` waits for in place of the unknown past of ``lost``: here,
+        every held publication that may be in it (:func:`_held_before`)."""
+        return list(_held_before(state, msg, lost))
+
+    def _await_marks(self, state: _Topic, msg: PubMessage) -> list[Output]:
+        """Keep ``msg`` until :meth:`_past_waits` can answer (overridden where
+        fence decisions exist, ``topics._fence``; here it always can)."""
+        raise NotImplementedError
 
     def _unknown_past(self, state: _Topic, dep: MsgId) -> bool:
         """Whether publication ``dep`` will never be delivered here and never

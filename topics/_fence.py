@@ -13,8 +13,8 @@ crashed stream, under the perfect detector the rest of the core assumes:
   on a dead stream asks the coordinator, the lowest live id it knows.
 * *Poll.*  The coordinator asks every live member it knows (QUERY).  Each
   answers (ANSWER) the highest sequence number of the stream it received,
-  with the stream's last round up to it and what it holds of other crashed
-  sources, and from then on delivers nothing of the stream above its
+  with the stream's last round up to it, what it holds of other crashed
+  sources and its own mark, and from then on delivers nothing of the stream above its
   answer: a later copy waits in its stash.  A member that knows a decision
   answers with it (DECIDED).
 * *Decide.*  Once every member asked answered or is known crashed, ``L`` is a
@@ -25,7 +25,9 @@ crashed stream, under the perfect detector the rest of the core assumes:
 * *Apply.*  A member takes those publications (as relays), drops its stash
   above ``L``, and counts every wait on the stream above ``L`` as met for
   good.  What that releases took the given-up publications' causal past
-  with it, unknown here: it waits, in turn, for every publication held here
+  with it, unknown here: it is kept until each live member's stream came
+  here up to the mark that member's answer gave (``Fence.marks``: how far
+  its own stream had come), then waits for every publication held here
   that may be in that past (:meth:`_Fence._fence_release`).
 * *Coordinator crash.*  A member waiting for a decision, or the asker, asks
   the next lowest live id; members that applied a decision report it, so the
@@ -146,6 +148,7 @@ class _Fence(_Repair):
                 out.extend(self._fence_ask(state, key))
         if state.confirmed and len(state.buffer):
             out.extend(self._fence_held(state, state.buffer.items()))
+        out.extend(self._fence_came(state))
         return out
 
     def _fence_held(self, state: _Topic, msgs: Iterable[PubMessage]) -> list[Output]:
@@ -155,18 +158,39 @@ class _Fence(_Repair):
         leaves this to the fence)."""
         out: list[Output] = []
         buffer = state.buffer
-        waits = state.fence_waits
-        for mid in [k for k in waits if buffer.satisfied(k)]:
-            del waits[mid]  # delivered
         for msg in msgs:
             src, inc = msg.id.source, msg.id.incarnation
             if not self._is_dead(src, inc) or buffer.satisfied(msg.id):
                 continue
-            # ops (negative streams) are never dead streams
-            for dep in [*_deps(msg), *waits.get(msg.id, ())]:
+            for dep in _deps(msg):  # ops (negative streams) are never dead streams
                 if self._fence_needed(state, dep):
                     out.extend(self._fence_ask(state, _stream_key(dep[0], dep[1])))
         return out
+
+    def _past_waits(self, state: _Topic, msg: PubMessage, lost: list[Dep]) -> list[Dep] | None:
+        """The held publications that may precede ``lost``, once every live
+        member's stream has come here up to its mark in the decisions on the
+        crashed streams of ``lost``, if any: what a given-up publication
+        followed may still be on its way here.  ``None`` until then
+        (:meth:`_await_marks` keeps ``msg``)."""
+        if self._marks_coming(state, self._lost_marks(state, lost)):
+            return None
+        return list(_held_before(state, msg, lost))
+
+    def _lost_marks(self, state: _Topic, lost: list[Dep]) -> tuple[MsgId, ...]:
+        """The marks of the decisions on the crashed streams of ``lost``."""
+        marks: list[MsgId] = []
+        for key in {_stream_key(d[0], d[1]) for d in lost}:
+            fenced = state.fences.get(key)
+            if fenced is not None and fenced.decided is not None:
+                marks.extend(fenced.marks)
+        return tuple(marks)
+
+    def _await_marks(self, state: _Topic, msg: PubMessage) -> list[Output]:
+        """Keep ``msg`` until the marks it waits for came (:meth:`_marks_came`)."""
+        state.marked[msg.id] = (msg, None)
+        self._note_held()
+        return []
 
     def _fence_needed(self, state: _Topic, dep: Dep) -> bool:
         """Whether ``dep`` is of a dead stream not yet asked about, missing here."""
@@ -401,6 +425,10 @@ class _Fence(_Repair):
             out.extend(self._fence_held(state, state.buffer.items()))
         return out
 
+    def _fence_came(self, state: _Topic) -> list[Output]:
+        """Publications came, or a member crashed: what waited for marks may go."""
+        return self._marks_came(state) if state.marked else []
+
     def _fence_release(
         self,
         state: _Topic,
@@ -418,34 +446,53 @@ class _Fence(_Repair):
         which named the given-up (1, 1), which followed (5, 1))."""
         out: list[Output] = []
         src, inc = _stream_of(key)
-        coming = self._marks_owed(state, marks)
+        coming = self._marks_coming(state, marks)
         for msg in released:
+            if coming:  # what it may follow is still on its way: first that comes
+                state.marked[msg.id] = (msg, key)
+                continue
             lost = max((d[2] for d in _deps(msg) if d[0] == src and d[1] == inc), default=-1)
-            waits: list[Dep] = [*_held_before(state, msg, [(src, inc, lost)]), *coming]
-            if waits and not state.buffer.add(msg, waits):
+            before = _held_before(state, msg, [(src, inc, lost)])
+            if before and not state.buffer.add(msg, before):
                 state.fence_held.add(msg.id)
-                if coming:
-                    state.fence_waits[msg.id] = tuple(coming)
                 continue
             out.extend(self._release(state, [msg]))
         return out
 
-    def _marks_owed(self, state: _Topic, marks: tuple[MsgId, ...]) -> list[Dep]:
-        """The marks of live members' streams (``Fence.marks``) not delivered
-        here and owed here (a stream's publications at or below a mark that
-        predate this subscription are never delivered here, so they are not
-        waited for): each arrives, as its source is live."""
-        buffer = state.buffer
-        return [
-            m
-            for m in marks
-            if m.seq >= 0
+    def _marks_coming(self, state: _Topic, marks: tuple[MsgId, ...]) -> bool:
+        """Whether a live member's stream (``Fence.marks``) has not come here
+        up to its mark, where owed here (a stream's publications that predate
+        this subscription never come): it will, its source being live.  Its
+        arrival is what counts, not its delivery: a publication of it that
+        follows the one waiting is held until that one is delivered."""
+        last_rx = state.last_rx
+        return any(
+            m.seq >= 0
             and m.source != self.id
+            and last_rx.get(_stream_key(m.source, m.incarnation), -1) < m.seq
             and not self._known_dead(m.source)
             and not self._is_dead(m.source, m.incarnation)
             and not _predates(state, m.source, m.incarnation, m.seq)
-            and not buffer.satisfied(m)
-        ]
+            for m in marks
+        )
+
+    def _marks_came(self, state: _Topic) -> list[Output]:
+        """Take up again what waited for the marks (:meth:`_fence_release`,
+        :meth:`_await_marks`) once they came here, or their members crashed."""
+        out: list[Output] = []
+        for mid, (msg, key) in list(state.marked.items()):
+            if key is not None:
+                marks = state.fences[key].marks
+                if self._marks_coming(state, marks):
+                    continue
+                del state.marked[mid]
+                out.extend(self._fence_release(state, key, [msg], marks))
+                continue
+            if self._marks_coming(state, self._lost_marks(state, self._lost_of(state, msg))):
+                continue
+            del state.marked[mid]
+            out.extend(self._consider(state, msg))
+        return out
 
     def _fence_pass_on(self, state: _Topic, key: StreamKey, decision: Fence) -> list[Output]:
         """A poll that gave way passes the decision on to everyone it asked
@@ -521,6 +568,15 @@ class _Fence(_Repair):
         step = packet.step
         if step == FENCE_ASK:
             state.fence_asked.setdefault(key, self.id)
+            fenced = state.fences.get(key)
+            if fenced is not None and fenced.decided is not None:
+                # decided already: the asker gets it even if this node does
+                # not know it as a member yet (a restarted node's new life)
+                value, content = fenced.decided, self._fence_content(state, key)
+                again = self._fence_packet(
+                    state, key, value, FENCE_DECISION, content, fenced.others, fenced.marks
+                )
+                return [Send(sender, again)]
             return self._poll_start(state, key)
         if step == FENCE_QUERY:
             poll = state.polls.get(key)

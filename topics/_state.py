@@ -362,13 +362,10 @@ class _Topic:
     # is never delivered here (VCubePS._fence_release, _behind_lost): others
     # held that way later do not wait on them (no circle).
     fence_held: set[MsgId] = field(default_factory=set)
-    # While the confirmation considers what came early, the ones not considered
-    # yet: they count as held for _held_before (VCubePS._confirm).
-    arriving: tuple[PubMessage, ...] = ()
-    # Publications a fence decision released that wait, beyond their barrier,
-    # up to the marks of live members' streams (VCubePS._fence_release): a
-    # crash of such a member asks about its stream as for a barrier entry.
-    fence_waits: dict[MsgId, tuple[Dep, ...]] = field(default_factory=dict)
+    # Publications kept until live members' streams came here up to their marks
+    # in a fence decision (VCubePS._fence_release, _await_marks): id ->
+    # (publication, the stream whose decision released it, or None).
+    marked: dict[MsgId, tuple[PubMessage, StreamKey | None]] = field(default_factory=dict)
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
     # Sources this confirmed subscription announced itself to for want of a
