@@ -457,16 +457,7 @@ def test_a_released_publication_waits_for_a_live_members_stream_up_to_its_mark()
     """(2, 4) names the given-up (3, 1), which may follow live node 6's (6, 2):
     the decision marks node 6's stream at 2, so (2, 4) waits until (6, 2)
     came (and, held or delivered, for it by the rule for held ones)."""
-    node = VCubePS(1, overlay=Hypercube(range(8)))
-    node.preset_subscription("t", range(8))
-    for dead in (2, 3):
-        node.crashed(dead, 0, 0.0)
-    node.set_overlay(Hypercube([0, 1, 4, 5, 6, 7]))
-    a = PubMessage(MsgId(2, 0, 4), b"a", (MsgId(3, 0, 1),))
-    assert delivered(node.receive(7, PubRound(RoundId(7, 0, 9), "t", (a,), ()), 0.0)) == []
-    marks = (MsgId(6, 0, 2), MsgId(7, 0, -1))
-    decision = Fence(RoundId(0, 0, 0), "t", MsgId(3, 0, -1), FENCE_DECISION, marks=marks)
-    assert delivered(node.receive(0, decision, 0.0)) == []
+    node, a = released_by_marks((MsgId(6, 0, 2), MsgId(7, 0, -1)))
     first = PubMessage(MsgId(6, 0, 1), b"6")
     second = PubMessage(MsgId(6, 0, 2), b"6", (), (), 1)
     assert delivered(node.receive(6, PubRound(RoundId(6, 0, 1), "t", (first,), ()), 0.0)) == [
@@ -481,6 +472,15 @@ def test_a_marked_publication_that_follows_the_released_one_does_not_block_it() 
     (2, 4): it counts once it came, so (2, 4) goes first, then (6, 1).
     Waiting for its delivery instead deadlocked: each waited for the other
     (found by ``bench.failure_fuzz`` crash seed 120040 under a first cut)."""
+    node, a = released_by_marks((MsgId(6, 0, 1),))
+    after = PubMessage(MsgId(6, 0, 1), b"after", (a.id,))
+    out = node.receive(6, PubRound(RoundId(6, 0, 1), "t", (after,), ()), 0.0)
+    assert delivered(out) == [a.id, after.id]
+
+
+def released_by_marks(marks: tuple[MsgId, ...]) -> tuple[VCubePS, PubMessage]:
+    """Node 1 holds dead node 2's (2, 4), which names the lost (3, 1), then
+    applies a decision on node 3's stream with ``marks``."""
     node = VCubePS(1, overlay=Hypercube(range(8)))
     node.preset_subscription("t", range(8))
     for dead in (2, 3):
@@ -488,9 +488,6 @@ def test_a_marked_publication_that_follows_the_released_one_does_not_block_it() 
     node.set_overlay(Hypercube([0, 1, 4, 5, 6, 7]))
     a = PubMessage(MsgId(2, 0, 4), b"a", (MsgId(3, 0, 1),))
     assert delivered(node.receive(7, PubRound(RoundId(7, 0, 9), "t", (a,), ()), 0.0)) == []
-    marks = (MsgId(6, 0, 1),)
     decision = Fence(RoundId(0, 0, 0), "t", MsgId(3, 0, -1), FENCE_DECISION, marks=marks)
     assert delivered(node.receive(0, decision, 0.0)) == []
-    after = PubMessage(MsgId(6, 0, 1), b"after", (a.id,))
-    out = node.receive(6, PubRound(RoundId(6, 0, 1), "t", (after,), ()), 0.0)
-    assert delivered(out) == [a.id, after.id]
+    return node, a
