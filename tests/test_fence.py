@@ -491,3 +491,14 @@ def released_by_marks(marks: tuple[MsgId, ...]) -> tuple[VCubePS, PubMessage]:
     decision = Fence(RoundId(0, 0, 0), "t", MsgId(3, 0, -1), FENCE_DECISION, marks=marks)
     assert delivered(node.receive(0, decision, 0.0)) == []
     return node, a
+
+
+def test_a_coordinator_that_decided_tells_an_asker_it_does_not_know() -> None:
+    """A restarted node's new life may ask before the coordinator knows it as
+    a member: the decision goes back to the asker itself."""
+    node = coordinator()
+    node.receive(1, fence(1, FENCE_ASK), 0.0)
+    node.receive(1, fence(1, FENCE_ANSWER, 2), 0.0)
+    node.receive(2, fence(2, FENCE_ANSWER), 0.0)
+    [(to, again)] = sent(node.receive(5, fence(5, FENCE_ASK), 0.0))
+    assert (to, again.step, again.stream.seq) == (5, FENCE_DECISION, 2)
