@@ -322,6 +322,28 @@ FOUND: dict[str, tuple[list[int], Script, float, float]] = {
          (1077.3938598945751, "SUB", HI, "t0"), (1089.821968932823, "PUB", 0, "t0")],
         1000.0, 500.0,
     ),
+    # A skipped publication's past on its way (verify profile, seed 0, 15
+    # nodes, links 5, detection 3,000 + U(0, 3,000)).  Node 2 is confirmed
+    # after node 5 crashed and came back: 5's first life is retired there.  It
+    # delivered (6, 1), which names 5's skipped (5, 1), before (13, 1), which
+    # (5, 1) follows and which came late behind crashed relays.  What names a
+    # publication of a crashed stream whose past is unknown here now waits for
+    # a fence decision on that stream and for live members' streams to come up
+    # to its marks (VCubePS._await_marks).
+    "skipped-past-on-its-way": (
+        list(range(15)),
+        [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0")] * 4
+        + [(0.0, "SUB", 0, "t0"), (0.0, "SUB", 13, "t0"), (0.0, "UNS", 0, "t0")]
+        + [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0")] * 23
+        + [(0.0, "SUB", 6, "t0"), (0.0, "SUB", 5, "t0")]
+        + [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0")] * 2
+        + [(0.0, "SUB", 0, "t0"), (0.0, "SUB", 1, "t0"), (25.0, "UNS", 0, "t0"),
+           (882.4, "SUB", 0, "t0"), (2024.0, "SUB", 2, "t0"), (2047.9, "CRASH", 4, ""),
+           (2125.9, "CRASH", 1, ""), (2220.1, "PUB", 13, "t0"), (2244.5, "UNS", 0, "t0"),
+           (2568.9, "PUB", 5, "t0"), (4528.5, "CRASH", 5, ""), (5345.5, "PUB", 6, "t0"),
+           (5428.5, "SUB", 0, "t0"), (5765.1, "RECOVER", 5, "")],
+        3000.0, 3000.0,
+    ),
 }  # fmt: skip
 SETTINGS: dict[str, tuple[int, LinkTable | None]] = {
     "late-crash-notice": (19, LinkTable(default=1.0, special={}, jitter=0.0)),
@@ -330,6 +352,7 @@ SETTINGS: dict[str, tuple[int, LinkTable | None]] = {
     "old-life-round": (893123, None),
     "older-op-round": (1, LinkTable(default=1.0, special={}, jitter=1.0)),
     "older-op-round-2": (1, LinkTable(default=1.0, special={}, jitter=1.0)),
+    "skipped-past-on-its-way": (0, LinkTable(default=5.0, special={}, jitter=0.0)),
 }
 """Seed and link delays of a case, where not 3841 and 40 + U(0, 30)."""
 

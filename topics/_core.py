@@ -84,7 +84,7 @@ class VCubePS(_Receive):
         state.syncing, state.asked = set(), set()
         state.bridges = {}
         state.skipped_past = {}
-        state.marked = {}
+        state.marked, state.awaiting = {}, {}
         return self._enqueue(state, op)
 
     def unsubscribe(self, topic: str, now: float) -> list[Output]:
@@ -96,9 +96,10 @@ class VCubePS(_Receive):
         state.subscribed = state.confirmed = False
         out: list[Output] = []
         held = len(state.buffer) + len(state.early) + len(state.marked)
+        held += sum(map(len, state.awaiting.values()))
         if held:
             out.append(Dropped(topic, held, "unsubscribed before their predecessors arrived"))
-        state.buffer, state.early, state.marked = CausalBuffer(), [], {}
+        state.buffer, state.early, state.marked, state.awaiting = CausalBuffer(), [], {}, {}
         out.extend(self._flush_held(state))
         out.extend(self._enqueue(state, op))
         return out

@@ -17,7 +17,7 @@ from causal import Dep, MsgId, op_stream
 from topics._base import _CoreBase
 from topics._events import Delivered, Output, Received, Subscribed
 from topics._messages import PubMessage, ViewEntry
-from topics._state import SKIPPED_PAST, _oldest_held, _stream_key, _Topic
+from topics._state import DEAD_BOUND, SKIPPED_PAST, _oldest_held, _stream_key, _Topic
 
 
 def _deps(msg: PubMessage) -> list[Dep]:
@@ -46,6 +46,8 @@ def _held_before(state: _Topic, msg: PubMessage, lost: Iterable[Dep]) -> list[Ms
     state.fence_held.intersection_update(h.id for h in held)
     if state.marked:  # kept for marks (topics._fence): held too
         held = [*held, *(m for m, _ in state.marked.values())]
+    if state.awaiting:  # kept for a decision (topics._fence): held too
+        held = [*held, *(m for k in state.awaiting.values() for m in k.values())]
     after = {(msg.id.source, msg.id.incarnation): msg.id.seq}  # stream -> first after
     for src, inc, seq in lost:
         after[(src, inc)] = min(seq, after.get((src, inc), seq))
@@ -135,6 +137,7 @@ class _Delivery(_CoreBase):
         """
         out: list[Output] = []
         state.retired = self._retired_at_confirm(state)
+        state.lossy_bounds = DEAD_BOUND in state.bounds.values()
         for (node, inc), first in state.bounds.items():
             out.extend(self._release(state, state.buffer.advance(node, inc, first - 1)))
         for (node, inc), first in state.predates.items():
@@ -226,7 +229,7 @@ class _Delivery(_CoreBase):
         if msg.prev >= 0 and self._is_dead(src, inc) and (src, inc) not in state.bounds:
             out.extend(self._release(state, self._start_stream_at(state, msg)))
         deps = self._live_deps(state, msg)
-        lossy = state.retired or state.predates or state.fences
+        lossy = state.retired or state.predates or state.fences or state.lossy_bounds
         behind = self._behind_lost(state, msg) if lossy else None  # no list per delivery
         if behind is None and lossy:
             # it waits for streams to come up to marks first (topics._fence)
@@ -289,7 +292,11 @@ class _Delivery(_CoreBase):
         src, inc, seq = dep
         if not state.buffer.satisfied(dep):
             return self._gone(state, dep)
-        if (src, inc) in state.bounds or seq >= state.predates.get((src, inc), 0):
+        bound = state.bounds.get((src, inc))
+        if bound == DEAD_BOUND:  # said of a crashed source by others, not by it
+            key = _stream_key(src, inc)
+            return not state.first_rx.get(key, seq + 1) <= seq <= state.last_rx.get(key, -1)
+        if bound is not None or seq >= state.predates.get((src, inc), 0):
             return False
         key = _stream_key(src, inc)
         return not state.first_rx.get(key, seq + 1) <= seq <= state.last_rx.get(key, -1)

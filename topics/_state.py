@@ -229,7 +229,17 @@ class _Poll:
     and whether it gave way to a coordinator with a lower id (``deferred``:
     it decides nothing, and passes that one's decision on to ``asked``)."""
 
-    __slots__ = ("asked", "best", "content", "decided", "deferred", "marks", "others", "waiting")
+    __slots__ = (
+        "asked",
+        "askers",
+        "best",
+        "content",
+        "decided",
+        "deferred",
+        "marks",
+        "others",
+        "waiting",
+    )
 
     def __init__(self, waiting: dict[int, int]) -> None:
         self.waiting = waiting
@@ -242,6 +252,8 @@ class _Poll:
         """Publications of other crashed sources the members hold (Fence.others)."""
         self.marks: dict[tuple[int, int], int] = {}
         """How far each member's own stream had come when it answered (Fence.marks)."""
+        self.askers: set[int] = set()
+        """Nodes that asked while it ran: each gets the decision too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +378,13 @@ class _Topic:
     # in a fence decision (VCubePS._fence_release, _await_marks): id ->
     # (publication, the stream whose decision released it, or None).
     marked: dict[MsgId, tuple[PubMessage, StreamKey | None]] = field(default_factory=dict)
+    # Publications naming one of a crashed stream whose past is unknown here,
+    # kept until a fence decision on that stream (VCubePS._await_marks):
+    # stream -> id -> publication.
+    awaiting: dict[StreamKey, dict[MsgId, PubMessage]] = field(default_factory=dict)
+    # Some bound is a crashed source's DEAD_BOUND: said by others, not by the
+    # source, so what it skips may follow publications owed here.
+    lossy_bounds: bool = False
     # Subscribers the SUB round missed, told by an announce before confirming.
     syncing: set[int] = field(default_factory=set)
     # Sources this confirmed subscription announced itself to for want of a
