@@ -344,6 +344,39 @@ FOUND: dict[str, tuple[list[int], Script, float, float]] = {
            (5428.5, "SUB", 0, "t0"), (5765.1, "RECOVER", 5, "")],
         3000.0, 3000.0,
     ),
+    # The same with a DEAD_BOUND (verify profile, seed 1035, 15 nodes, links
+    # 5 + U(0, 30), detection 3,000 + U(0, 3,000); on b2f006e too).  Node 2,
+    # confirmed after node 5 crashed but before its own detector said so,
+    # skipped 5's (5, 2) under the SUB ACK's DEAD_BOUND and delivered (14, 3),
+    # which names it, before (13, 2), which (5, 2) follows.  A DEAD_BOUND now
+    # counts as a crash for the fence question (VCubePS._undecided).
+    "dead-bound-past-on-its-way": (
+        list(range(15)),
+        [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0"), (0.0, "SUB", 14, "t0"),
+         (0.0, "SUB", 9, "t0"), (0.0, "SUB", 2, "t1"), (0.0, "SUB", 12, "t0"),
+         (0.0, "UNS", 14, "t0"), (0.0, "SUB", 7, "t1"), (0.0, "SUB", 0, "t0"),
+         (0.0, "SUB", 1, "t1"), (0.0, "PUB", 1, "t1"), (0.0, "SUB", 6, "t1"),
+         (0.0, "PUB", 6, "t1"), (0.0, "SUB", 9, "t1"), (0.0, "SUB", 12, "t1"),
+         (0.0, "PUB", 0, "t0"), (0.0, "SUB", 4, "t0"), (0.2, "SUB", 4, "t1"),
+         (1.0, "SUB", 6, "t0"), (1.0, "SUB", 14, "t0"), (1.9, "SUB", 13, "t0"),
+         (8.0, "PUB", 6, "t0"), (25.0, "UNS", 0, "t0"), (206.4, "PUB", 6, "t0"),
+         (250.1, "PUB", 13, "t0"), (340.4, "SUB", 10, "t0"), (380.0, "SUB", 1, "t0"),
+         (491.2, "UNS", 1, "t0"), (746.3, "UNS", 1, "t1"), (747.0, "SUB", 1, "t1"),
+         (747.0, "PUB", 1, "t1"), (882.4, "SUB", 0, "t0"), (996.4, "SUB", 7, "t0"),
+         (1083.0, "UNS", 0, "t0"), (1083.0, "SUB", 0, "t0"), (1086.5, "SUB", 5, "t0"),
+         (1229.6, "SUB", 0, "t1"), (1285.6, "UNS", 12, "t0"), (1288.9, "CRASH", 0, ""),
+         (1704.8, "SUB", 1, "t0"), (1973.6, "UNS", 2, "t1"), (1993.0, "CRASH", 4, ""),
+         (1993.0, "CRASH", 7, ""), (2024.0, "SUB", 2, "t0"), (2125.9, "CRASH", 1, ""),
+         (2161.2, "RECOVER", 0, ""), (2181.5, "SUB", 0, "t0"), (2220.1, "PUB", 13, "t0"),
+         (2256.4, "UNS", 9, "t0"), (2505.2, "SUB", 5, "t1"), (2568.9, "PUB", 5, "t0"),
+         (2929.6, "CRASH", 9, ""), (3063.1, "UNS", 0, "t0"), (3514.2, "RECOVER", 4, ""),
+         (3542.4, "RECOVER", 1, ""), (3838.1, "PUB", 14, "t0"), (3919.3, "UNS", 6, "t1"),
+         (4058.6, "SUB", 0, "t0"), (4115.3, "UNS", 0, "t0"), (4210.5, "CRASH", 1, ""),
+         (4215.2, "SUB", 0, "t0"), (4528.5, "CRASH", 5, ""), (4711.8, "UNS", 0, "t0"),
+         (4718.3, "SUB", 12, "t0"), (4951.2, "SUB", 0, "t0"), (5208.8, "UNS", 0, "t0"),
+         (5539.7, "UNS", 14, "t0"), (5612.2, "SUB", 0, "t0"), (5765.1, "UNS", 0, "t0")],
+        3000.0, 3000.0,
+    ),
 }  # fmt: skip
 SETTINGS: dict[str, tuple[int, LinkTable | None]] = {
     "late-crash-notice": (19, LinkTable(default=1.0, special={}, jitter=0.0)),
@@ -353,6 +386,7 @@ SETTINGS: dict[str, tuple[int, LinkTable | None]] = {
     "older-op-round": (1, LinkTable(default=1.0, special={}, jitter=1.0)),
     "older-op-round-2": (1, LinkTable(default=1.0, special={}, jitter=1.0)),
     "skipped-past-on-its-way": (0, LinkTable(default=5.0, special={}, jitter=0.0)),
+    "dead-bound-past-on-its-way": (1035, LinkTable(default=5.0, special={}, jitter=30.0)),
 }
 """Seed and link delays of a case, where not 3841 and 40 + U(0, 30)."""
 

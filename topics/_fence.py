@@ -68,6 +68,7 @@ from topics._messages import (
 )
 from topics._repair import _dead_stream, _Repair
 from topics._state import (
+    DEAD_BOUND,
     FENCE_LATER,
     StreamKey,
     _Fenced,
@@ -191,9 +192,11 @@ class _Fence(_Repair):
             if fenced is not None and fenced.decided is not None:
                 continue
             if src != self.id and (
-                self._is_dead(src, inc) or inc <= state.retired.get(src, -1)
-            ):  # a retired life is dead too, even before the detector says so
-                found.add(key)
+                self._is_dead(src, inc)
+                or inc <= state.retired.get(src, -1)
+                or state.bounds.get((src, inc)) == DEAD_BOUND
+            ):  # a retired life, or one the SUB ACK called crashed, is dead
+                found.add(key)  # too, even before this node's detector says so
         return found
 
     def _lost_marks(self, state: _Topic, lost: list[Dep]) -> tuple[MsgId, ...]:
