@@ -108,7 +108,7 @@ class _CoreBase:
     def held_back(self, topic: str) -> int:
         """Publications received and not yet deliverable on ``topic``."""
         state = self._topics.get(topic)
-        return len(state.buffer) + len(state.early) if state else 0
+        return state.kept() if state else 0
 
     def queued(self, topic: str) -> int:
         """Local operations waiting behind the round in flight."""

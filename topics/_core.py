@@ -95,8 +95,7 @@ class VCubePS(_Receive):
         op = self._new_op(state, subscribed=False)
         state.subscribed = state.confirmed = False
         out: list[Output] = []
-        held = len(state.buffer) + len(state.early) + len(state.marked)
-        held += sum(map(len, state.awaiting.values()))
+        held = state.kept()
         if held:
             out.append(Dropped(topic, held, "unsubscribed before their predecessors arrived"))
         state.buffer, state.early, state.marked, state.awaiting = CausalBuffer(), [], {}, {}

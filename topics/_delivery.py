@@ -409,7 +409,7 @@ class _Delivery(_CoreBase):
 
     def _note_held(self) -> None:
         """Keep ``pending_max`` (only called when something was just held back)."""
-        held = sum(len(t.buffer) + len(t.early) for t in self._topics.values())
+        held = sum(t.kept() for t in self._topics.values())
         self.pending_max = max(self.pending_max, held)
 
     def _release(self, state: _Topic, ready: list[PubMessage]) -> list[Output]:

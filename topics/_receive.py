@@ -75,7 +75,7 @@ class _Receive(_Fence):
                 raise RemoteProtocolError(f"payload of {msg.id!r} exceeds max_payload")
             if len(msg.deps) + len(msg.op_deps) > cfg.max_barrier:
                 raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
-        held = len(state.buffer) + len(state.early) if state is not None else 0  # held_back()
+        held = state.kept() if state is not None else 0  # held_back()
         if (
             messages
             and held + len(messages) > cfg.max_held

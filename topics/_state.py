@@ -399,6 +399,18 @@ class _Topic:
     # is settled here (VCubePS._bridge_held).  Only entries for held ones.
     bridges: dict[StreamKey, dict[int, int]] = field(default_factory=dict)
 
+    def kept(self) -> int:
+        """Publications received here and neither delivered nor skipped yet:
+        the buffer, what came before the confirmation, and what waits for a
+        fence decision or for marks (``topics._fence``; one waiting for two
+        decisions counts twice).  What ``max_held`` bounds."""
+        count = len(self.buffer) + len(self.early)
+        if self.marked:
+            count += len(self.marked)
+        if self.awaiting:
+            count += sum(map(len, self.awaiting.values()))
+        return count
+
     def subscribers(self) -> tuple[int, ...]:
         """The subscribers in the view, sorted (cached until the view changes)."""
         if self.subs_cache is None:
