@@ -229,11 +229,11 @@ class _Delivery(_CoreBase):
         if msg.prev >= 0 and self._is_dead(src, inc) and (src, inc) not in state.bounds:
             out.extend(self._release(state, self._start_stream_at(state, msg)))
         deps = self._live_deps(state, msg)
-        lossy = state.retired or state.predates or state.fences or state.lossy_bounds
-        behind = self._behind_lost(state, msg) if lossy else None  # no list per delivery
-        if behind is None and lossy:
-            # it waits for streams to come up to marks first (topics._fence)
-            return out + self._await_marks(state, msg)
+        behind: list[Dep] | None = None  # no list per delivery
+        if state.retired or state.predates or state.fences or state.lossy_bounds:
+            behind = self._behind_lost(state, msg)
+            if behind is None:  # it waits for a decision or marks first (topics._fence)
+                return out + self._await_marks(state, msg)
         if behind:
             deps = [*deps, *behind]
         if state.buffer.add(msg, deps):
@@ -293,10 +293,9 @@ class _Delivery(_CoreBase):
         if not state.buffer.satisfied(dep):
             return self._gone(state, dep)
         bound = state.bounds.get((src, inc))
-        if bound == DEAD_BOUND:  # said of a crashed source by others, not by it
-            key = _stream_key(src, inc)
-            return not state.first_rx.get(key, seq + 1) <= seq <= state.last_rx.get(key, -1)
-        if bound is not None or seq >= state.predates.get((src, inc), 0):
+        # A DEAD_BOUND is said of a crashed source by others, not by it: no
+        # closure argument (docs/protocol.md) backs what it skips.
+        if bound != DEAD_BOUND and (bound is not None or seq >= state.predates.get((src, inc), 0)):
             return False
         key = _stream_key(src, inc)
         return not state.first_rx.get(key, seq + 1) <= seq <= state.last_rx.get(key, -1)

@@ -149,7 +149,8 @@ class _Fence(_Repair):
                 out.extend(self._fence_ask(state, key))
         if state.confirmed and len(state.buffer):
             out.extend(self._fence_held(state, state.buffer.items()))
-        out.extend(self._fence_came(state))
+        if state.marked:  # a crashed member's mark no longer counts
+            out.extend(self._marks_came(state))
         return out
 
     def _fence_held(self, state: _Topic, msgs: Iterable[PubMessage]) -> list[Output]:
@@ -284,9 +285,7 @@ class _Fence(_Repair):
         if old is not None and not old.deferred:
             return []
         if fenced is not None and fenced.decided is not None:
-            content = self._fence_content(state, key)
-            marks = fenced.marks
-            return self._fence_tell(state, key, fenced.decided, content, fenced.others, marks)
+            return self._fence_tell(state, key, self._decided_packet(state, key, fenced))
         members = set(self._live_others())
         if old is not None:  # it gave way to a coordinator that crashed: poll again
             members.update(n for n in old.asked if not self._known_dead(n))
@@ -325,23 +324,26 @@ class _Fence(_Repair):
         _note_marks(poll.marks, (self._own_mark(state),))
         others = tuple(poll.others.values())[: self.config.max_round_messages]
         marks = tuple(MsgId(n, i, s) for (n, i), s in sorted(poll.marks.items()))
-        also = poll.askers.union(poll.asked)
-        return self._fence_tell(state, key, value, poll.content, others, marks, also)
+        decision = self._fence_packet(
+            state, key, value, FENCE_DECISION, poll.content, others, marks
+        )
+        return self._fence_tell(state, key, decision, poll.askers.union(poll.asked))
+
+    def _decided_packet(self, state: _Topic, key: StreamKey, fenced: _Fenced) -> Fence:
+        """The DECISION this node applied on ``key`` (``fenced.decided`` is set),
+        with what came with it: what it tells again to whoever asks."""
+        assert fenced.decided is not None
+        content = self._fence_content(state, key)
+        return self._fence_packet(
+            state, key, fenced.decided, FENCE_DECISION, content, fenced.others, fenced.marks
+        )
 
     def _fence_tell(
-        self,
-        state: _Topic,
-        key: StreamKey,
-        value: int,
-        content: tuple[PubMessage, ...],
-        others: tuple[PubMessage, ...] = (),
-        marks: tuple[MsgId, ...] = (),
-        also: Iterable[int] = (),
+        self, state: _Topic, key: StreamKey, decision: Fence, also: Iterable[int] = ()
     ) -> list[Output]:
-        """Send the decision to every live member, and to ``also`` (those that
+        """Send ``decision`` to every live member, and to ``also`` (those that
         asked or were asked, which this node may not know as members yet),
         then apply it here."""
-        decision = self._fence_packet(state, key, value, FENCE_DECISION, content, others, marks)
         to = set(self._live_others()).union(n for n in also if not self._known_dead(n))
         to.discard(self.id)
         out: list[Output] = [Send(n, decision) for n in sorted(to)]
@@ -465,10 +467,6 @@ class _Fence(_Repair):
             if not any(msg.id in k for k in state.awaiting.values()):
                 out.extend(self._consider(state, msg))  # it may wait for another
         return out
-
-    def _fence_came(self, state: _Topic) -> list[Output]:
-        """Publications came, or a member crashed: what waited for marks may go."""
-        return self._marks_came(state) if state.marked else []
 
     def _fence_release(
         self,
@@ -613,11 +611,7 @@ class _Fence(_Repair):
             if fenced is not None and fenced.decided is not None:
                 # decided already: the asker gets it even if this node does
                 # not know it as a member yet (a restarted node's new life)
-                value, content = fenced.decided, self._fence_content(state, key)
-                again = self._fence_packet(
-                    state, key, value, FENCE_DECISION, content, fenced.others, fenced.marks
-                )
-                return [Send(sender, again)]
+                return [Send(sender, self._decided_packet(state, key, fenced))]
             poll = state.polls.get(key)
             if poll is not None:
                 poll.askers.add(sender)  # told with everyone else (_poll_done)

@@ -181,7 +181,7 @@ class _Receive(_Fence):
         for msg in fresh:
             out.extend(self._on_publication(state, msg))
         if fresh and state.marked:  # kept until streams came up to marks (topics._fence)
-            out.extend(self._fence_came(state))
+            out.extend(self._marks_came(state))
         if fresh and state.confirmed:
             out.extend(self._ask_bounds(state, fresh[:1], fresh))
             if self._dead:
