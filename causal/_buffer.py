@@ -230,6 +230,16 @@ class CausalBuffer(Generic[T]):
             del self._waiters[fkey]
         return released
 
+    def withdraw(self, item: object) -> bool:
+        """Stop holding ``item`` (the very object :meth:`add` held); ``False`` if
+        it is not held.  Its waits lapse: :meth:`advance` skips what no longer
+        is in ``_items``, so no heap is touched."""
+        for token, entry in self._items.items():
+            if entry[0] is item:
+                del self._items[token]
+                return True
+        return False
+
     def items(self) -> list[T]:
         """Items still held, oldest first."""
         return [entry[0] for _, entry in sorted(self._items.items())]  # type: ignore[misc]

@@ -132,3 +132,19 @@ def test_settle_above_releases_only_waits_past_the_value() -> None:
     assert buf.advance(3, 0, 2) == ["within"]
     assert buf.settle_above(3, 0, 2) == []
     assert len(buf) == 0
+
+
+def test_a_withdrawn_item_is_never_released_and_can_be_held_again() -> None:
+    buf: CausalBuffer[str] = CausalBuffer()
+    a, b = MsgId(1, 0, 1), MsgId(2, 0, 1)
+    assert not buf.add("x", [a, b])
+    assert not buf.add("y", [a])
+    assert buf.withdraw("x")
+    assert len(buf) == 1
+    assert not buf.withdraw("x")  # not held any more
+    assert buf.deliver(a) == ["y"]  # "x" waited on a too: its wait lapsed
+    assert buf.deliver(b) == []
+    assert buf.add("x", [b])  # held again with fewer waits: met already
+    assert not buf.add("z", [MsgId(3, 0, 1)])
+    assert buf.withdraw("z")
+    assert buf.items() == []

@@ -512,3 +512,18 @@ def test_a_coordinator_that_decided_tells_an_asker_it_does_not_know() -> None:
     node.receive(2, fence(2, FENCE_ANSWER), 0.0)
     [(to, again)] = sent(node.receive(5, fence(5, FENCE_ASK), 0.0))
     assert (to, again.step, again.stream.seq) == (5, FENCE_DECISION, 2)
+
+
+def test_a_poll_an_unknown_asker_starts_tells_it_the_decision() -> None:
+    """The new life of a restarted node may ask before the coordinator knows it
+    as a member and before any poll: the poll it starts tells it the decision
+    too (``tests/test_properties.py``'s state machine, verify profile: node
+    777's new life asked node 132, which polled the members it knew, decided
+    and told only them; node 777 held a publication for good)."""
+    node = coordinator()
+    assert sorted(to for to, _ in sent(node.receive(5, fence(5, FENCE_ASK), 0.0))) == [1, 2]
+    node.receive(1, fence(1, FENCE_ANSWER, 2), 0.0)
+    assert told(node.receive(2, fence(2, FENCE_ANSWER), 0.0)) == (
+        [1, 2, 5],
+        {(FENCE_DECISION, 2)},
+    )

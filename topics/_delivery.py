@@ -11,7 +11,7 @@ skipped publication waited for is waited for by what depends on it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from causal import Dep, MsgId, op_stream
 from topics._base import _CoreBase
@@ -39,31 +39,62 @@ def _held_before(state: _Topic, msg: PubMessage, lost: Iterable[Dep]) -> list[Ms
     """The publications held here that may precede the publications ``lost``
     (ones ``msg`` names that will never be delivered here, whose causal past
     is unknown here): all but those that follow ``msg`` or one of ``lost``
-    through what is held (naming it, a later one of its stream, or one that
-    does), and those already held behind such a wait (``state.fence_held``:
-    waiting on them could close a circle)."""
+    through what is held (naming it, a later one of its stream, one that
+    does, or one held behind such a wait that waits for one of those), and
+    those already held behind such a wait (``state.fence_held``).  Invariant:
+    no circle of waits.  A held publication that waits, even only behind such
+    a wait, for what follows ``msg`` would wait for ``msg`` in turn; waiting
+    on it too closed a circle and held all of them for good (verify profile:
+    ``test_sim_detector.py``'s one-way property, seed 262144)."""
     held = state.buffer.items()
-    state.fence_held.intersection_update(h.id for h in held)
+    kept = {h.id for h in held}
+    for mid in [m for m in state.fence_held if m not in kept]:
+        del state.fence_held[mid]
     if state.marked:  # kept for marks (topics._fence): held too
         held = [*held, *(m for m, _ in state.marked.values())]
     if state.awaiting:  # kept for a decision (topics._fence): held too
         held = [*held, *(m for k in state.awaiting.values() for m in k.values())]
-    after = {(msg.id.source, msg.id.incarnation): msg.id.seq}  # stream -> first after
+    after = {(msg.id.source, msg.id.incarnation): msg.id.seq}
     for src, inc, seq in lost:
         after[(src, inc)] = min(seq, after.get((src, inc), seq))
+    behind = state.fence_held
+    follows = _follows_through(held, after, {k: v[1] for k, v in behind.items()})
+    return [h.id for h in held if not follows(*h.id) and h.id not in behind]
+
+
+def _following(held: Iterable[PubMessage], msg: PubMessage, among: Iterable[Dep]) -> set[Dep]:
+    """Those of ``among`` that follow ``msg`` through what is held: a later
+    publication of its stream, or one whose own predecessors (:func:`_deps`,
+    never an extra wait) lead there."""
+    follows = _follows_through(held, {(msg.id.source, msg.id.incarnation): msg.id.seq}, {})
+    return {d for d in among if follows(*d)}
+
+
+def _follows_through(
+    held: Iterable[PubMessage],
+    after: dict[tuple[int, int], int],
+    extra: dict[MsgId, tuple[Dep, ...]],
+) -> Callable[[int, int, int], bool]:
+    """Whether a publication follows, through ``held``, one of those ``after``
+    names (per stream, the first that follows): ``after`` grows to every held
+    publication whose predecessors (:func:`_deps`), or its ``extra`` waits,
+    include one that follows, and a later one of a following stream follows."""
 
     def follows(src: int, inc: int, seq: int) -> bool:
         return after.get((src, inc), seq + 1) <= seq
 
+    held = list(held)
     grown = True
     while grown:
         grown = False
         for h in held:
             src, inc, seq = h.id
-            if not follows(src, inc, seq) and any(follows(*d) for d in _deps(h)):
+            if follows(src, inc, seq):
+                continue
+            if any(follows(*d) for d in _deps(h)) or any(follows(*d) for d in extra.get(h.id, ())):
                 after[(src, inc)] = seq
                 grown = True
-    return [h.id for h in held if not follows(*h.id) and h.id not in state.fence_held]
+    return follows
 
 
 def _predates(state: _Topic, src: int, inc: int, seq: int) -> bool:
@@ -234,14 +265,45 @@ class _Delivery(_CoreBase):
             behind = self._behind_lost(state, msg)
             if behind is None:  # it waits for a decision or marks first (topics._fence)
                 return out + self._await_marks(state, msg)
+        own = deps
         if behind:
             deps = [*deps, *behind]
         if state.buffer.add(msg, deps):
             out.extend(self._release(state, [msg]))
         else:
             if behind:
-                state.fence_held.add(msg.id)
+                state.fence_held[msg.id] = (tuple(own), tuple(behind))
             self._note_held()
+            if state.fence_held:
+                out.extend(self._void_waits(state))
+        return out
+
+    def _void_waits(self, state: _Topic) -> list[Output]:
+        """Drop each extra wait of ``state.fence_held`` whose publication is now
+        seen to follow its holder through the predecessors of what is held
+        here: it cannot precede the holder, so the wait was needless, and it
+        closed a circle once that publication waited for the holder in turn
+        (verify profile: ``test_sim_detector.py``'s one-way property, seed
+        262144: node 213 held (126, 1) behind a wait for (659150, 1), which
+        names (1952985, 1), which names (126, 1) and came last).  Invariant: a
+        wait is dropped only where the publication it waits for follows the
+        holder through the publications' own predecessors."""
+        held = {m.id: m for m in state.buffer.items()}
+        out: list[Output] = []
+        for mid, (own, extra) in list(state.fence_held.items()):
+            msg = held.get(mid)
+            if msg is None:
+                continue
+            void = _following(held.values(), msg, extra)
+            if not void or not state.buffer.withdraw(msg):
+                continue
+            keep = tuple(d for d in extra if d not in void)
+            if keep:
+                state.fence_held[mid] = (own, keep)
+            else:
+                del state.fence_held[mid]
+            if state.buffer.add(msg, [*own, *keep]):
+                out.extend(self._release(state, [msg]))
         return out
 
     def _behind_lost(self, state: _Topic, msg: PubMessage) -> list[Dep] | None:

@@ -278,8 +278,13 @@ class _Fence(_Repair):
 
     # --------------------------------------------------------------- polling
 
-    def _poll_start(self, state: _Topic, key: StreamKey) -> list[Output]:
-        """Poll every live member on ``key``; this node answers itself first."""
+    def _poll_start(self, state: _Topic, key: StreamKey, asker: int | None = None) -> list[Output]:
+        """Poll every live member on ``key``; this node answers itself first.
+        ``asker``, who asked for the poll, is told the decision too: this node
+        may not know it as a member yet (a restarted node's new life; state
+        machine of ``tests/test_properties.py``, verify profile: the new life
+        of node 777 asked node 132, which polled and decided without it, and
+        held a publication for good)."""
         fenced = state.fences.get(key)
         old = state.polls.get(key)
         if old is not None and not old.deferred:
@@ -290,6 +295,8 @@ class _Fence(_Repair):
         if old is not None:  # it gave way to a coordinator that crashed: poll again
             members.update(n for n in old.asked if not self._known_dead(n))
         poll = state.polls[key] = _Poll({n: self._life.get(n, 0) for n in members})
+        if asker is not None:
+            poll.askers.add(asker)
         self._poll_note(poll, self._fence_answer(state, key, self.id))
         query = self._fence_packet(state, key, -1, FENCE_QUERY)
         out: list[Output] = [Send(n, query) for n in sorted(poll.waiting)]
@@ -493,7 +500,7 @@ class _Fence(_Repair):
             lost = max((d[2] for d in _deps(msg) if d[0] == src and d[1] == inc), default=-1)
             before = _held_before(state, msg, [(src, inc, lost)])
             if before and not state.buffer.add(msg, before):
-                state.fence_held.add(msg.id)
+                state.fence_held[msg.id] = ((), tuple(before))
                 continue
             out.extend(self._release(state, [msg]))
         return out
@@ -615,7 +622,7 @@ class _Fence(_Repair):
             poll = state.polls.get(key)
             if poll is not None:
                 poll.askers.add(sender)  # told with everyone else (_poll_done)
-            return self._poll_start(state, key)
+            return self._poll_start(state, key, sender)
         if step == FENCE_QUERY:
             poll = state.polls.get(key)
             if poll is not None and sender < self.id:

@@ -371,9 +371,11 @@ class _Topic:
     # crashed (yet): stream -> sender -> packet, at most FENCE_LATER in all.
     fence_later: dict[StreamKey, dict[int, Fence]] = field(default_factory=dict)
     # Publications held behind what may precede a publication they name that
-    # is never delivered here (VCubePS._fence_release, _behind_lost): others
-    # held that way later do not wait on them (no circle).
-    fence_held: set[MsgId] = field(default_factory=set)
+    # is never delivered here (VCubePS._fence_release, _behind_lost): id ->
+    # (what it waits for of its own, those extra waits).  Others held that way
+    # later do not wait on them, nor on what waits on them through these, and
+    # an extra wait seen to follow its holder is dropped (no circle).
+    fence_held: dict[MsgId, tuple[tuple[Dep, ...], tuple[Dep, ...]]] = field(default_factory=dict)
     # Publications kept until live members' streams came here up to their marks
     # in a fence decision (VCubePS._fence_release, _await_marks): id ->
     # (publication, the stream whose decision released it, or None).
