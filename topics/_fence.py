@@ -280,14 +280,16 @@ class _Fence(_Repair):
 
     def _poll_start(self, state: _Topic, key: StreamKey, asker: int | None = None) -> list[Output]:
         """Poll every live member on ``key``; this node answers itself first.
-        ``asker``, who asked for the poll, is told the decision too: this node
-        may not know it as a member yet (a restarted node's new life; state
-        machine of ``tests/test_properties.py``, verify profile: the new life
-        of node 777 asked node 132, which polled and decided without it, and
-        held a publication for good)."""
+        ``asker``, who asked for the poll (or asks while it runs), is told the
+        decision too: this node may not know it as a member yet (a restarted
+        node's new life; state machine of ``tests/test_properties.py``, verify
+        profile: the new life of node 777 asked node 132, which polled and
+        decided without it, and held a publication for good)."""
         fenced = state.fences.get(key)
         old = state.polls.get(key)
         if old is not None and not old.deferred:
+            if asker is not None:
+                old.askers.add(asker)  # told with everyone else (_poll_done)
             return []
         if fenced is not None and fenced.decided is not None:
             return self._fence_tell(state, key, self._decided_packet(state, key, fenced))
@@ -619,9 +621,6 @@ class _Fence(_Repair):
                 # decided already: the asker gets it even if this node does
                 # not know it as a member yet (a restarted node's new life)
                 return [Send(sender, self._decided_packet(state, key, fenced))]
-            poll = state.polls.get(key)
-            if poll is not None:
-                poll.askers.add(sender)  # told with everyone else (_poll_done)
             return self._poll_start(state, key, sender)
         if step == FENCE_QUERY:
             poll = state.polls.get(key)
