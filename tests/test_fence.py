@@ -298,6 +298,34 @@ def test_a_coordinator_gives_way_to_a_lower_one_and_passes_its_decision_on() -> 
     assert told(passed) == ([2, 3], {(FENCE_DECISION, 2)})
 
 
+def test_a_coordinator_that_gave_way_passes_the_decision_on_to_who_asked_it() -> None:
+    """Node 5 (unknown to node 1, a restarted node's new life) asked node 1,
+    which then gave way to node 0: node 0's decision reaches node 5 through
+    node 1, since node 0 may not know node 5 either."""
+    node = second_coordinator()
+    node.receive(5, fence4(5, FENCE_ASK), 0.0)
+    node.receive(0, fence4(0, FENCE_QUERY), 0.0)
+    passed = node.receive(0, fence4(0, FENCE_DECISION, 2), 0.0)
+    assert told(passed) == ([2, 3, 5], {(FENCE_DECISION, 2)})
+
+
+def test_a_poll_again_after_the_lower_coordinator_crashed_still_tells_who_asked() -> None:
+    """As above, but node 0 crashes before it decides: node 1 polls again,
+    and its decision still goes to node 5, which asked the first poll."""
+    node = second_coordinator()
+    node.receive(5, fence4(5, FENCE_ASK), 0.0)
+    node.receive(0, fence4(0, FENCE_QUERY), 0.0)
+    node.receive(2, fence4(2, FENCE_ANSWER, 3), 0.0)
+    node.receive(3, fence4(3, FENCE_ANSWER, 1), 0.0)
+    again = node.crashed(0, 0, 0.0)
+    assert told(again) == ([2, 3], {(FENCE_QUERY, -1)})
+    node.receive(2, fence4(2, FENCE_ANSWER, 3), 0.0)
+    assert told(node.receive(3, fence4(3, FENCE_ANSWER, 1), 0.0)) == (
+        [2, 3, 5],
+        {(FENCE_DECISION, 3)},
+    )
+
+
 def test_a_coordinator_that_decided_answers_a_lower_one_with_its_decision() -> None:
     node = second_coordinator()
     node.receive(2, fence4(2, FENCE_ASK), 0.0)

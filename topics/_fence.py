@@ -297,6 +297,8 @@ class _Fence(_Repair):
         if old is not None:  # it gave way to a coordinator that crashed: poll again
             members.update(n for n in old.asked if not self._known_dead(n))
         poll = state.polls[key] = _Poll({n: self._life.get(n, 0) for n in members})
+        if old is not None:  # who asked the poll that gave way still waits to be told
+            poll.askers.update(n for n in old.askers if not self._known_dead(n))
         if asker is not None:
             poll.askers.add(asker)
         self._poll_note(poll, self._fence_answer(state, key, self.id))
@@ -544,13 +546,14 @@ class _Fence(_Repair):
 
     def _fence_pass_on(self, state: _Topic, key: StreamKey, decision: Fence) -> list[Output]:
         """A poll that gave way passes the decision on to everyone it asked
-        (the lower coordinator may not know them all)."""
+        and everyone who asked it (the lower coordinator may not know them)."""
         poll = state.polls.pop(key, None)
         if poll is None or not poll.deferred:
             return []
         value, msgs, others = decision.stream.seq, decision.messages, decision.others
         again = self._fence_packet(state, key, value, FENCE_DECISION, msgs, others, decision.marks)
-        return [Send(n, again) for n in poll.asked if not self._known_dead(n)]
+        to = poll.askers.union(poll.asked).difference((self.id, decision.round.source))
+        return [Send(n, again) for n in sorted(to) if not self._known_dead(n)]
 
     def _fence_take_others(self, state: _Topic, others: tuple[PubMessage, ...]) -> list[Output]:
         """Take ``others`` (publications of crashed sources, any streams) as
