@@ -459,6 +459,31 @@ def test_the_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> None:
     assert run_one(seed, recover=True, tpp_stdev=tpp_stdev)["broke"] == []
 
 
+PARTIAL_FOUND = [(401393, 300.0), (404153, 300.0)]
+"""``(seed, tpp_stdev)`` of ``partial`` fuzz runs (real detector, nodes
+introduced to node 0 only) that broke a guarantee."""
+
+
+@pytest.mark.parametrize(("seed", "tpp_stdev"), PARTIAL_FOUND)
+def test_the_partial_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> None:
+    """``python -m bench.failure_fuzz --modes partial --tpp-stdev 300`` runs that
+    broke.  Seed 401393 broke causal order with no crash at all: node 4
+    subscribed alone (a lonely subscription).  An announce ACK's ``predates``
+    cut node 3's stream at 2, so the frontier counted (3, 1), which node 3
+    published before it knew of node 4, as skipped, and node 4 delivered
+    (0, 1), which names (3, 1).  Then node 3's bound said its stream from 1
+    on comes to node 4; (3, 1) came and was delivered after (0, 1).  A bound
+    now never reopens what a cut settled already (``VCubePS._synced``).
+    Seed 404153 broke agreement on the views: node 5, falsely suspected,
+    reincarnated, and its new core knew the crashes its machine knew but not
+    that node 9 had restarted; a late view entry of node 9's first life
+    (subscribed to ``t1``) stayed in node 5's view for good.  A new core now
+    learns every member's newest incarnation (``NodeMachine._reincarnate``)."""
+    from bench.failure_fuzz import run_one
+
+    assert run_one(seed, recover=True, tpp_stdev=tpp_stdev, partial=True)["broke"] == []
+
+
 # ------------------------------------------------------------------ property
 
 

@@ -159,6 +159,25 @@ def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> No
     assert not [o for o in a.control(2, suspicion, 2.0) if isinstance(o, Reincarnated)]
 
 
+def test_a_reincarnated_core_knows_which_lives_of_its_members_crashed() -> None:
+    """The new core learns every member's newest incarnation, not only the
+    crashes: node 3 restarted (it runs as incarnation 3 now), so its older lives
+    are dead there too, and a late view entry of one is not taken as a
+    member (``bench.failure_fuzz`` partial seed 404153: a reincarnated node
+    kept a restarted node's old subscription in its view for good)."""
+    a = _machine(1, {2: 1, 3: 1})
+    a.subscribe("t", 0.0)
+    a.learn(3, 3, 0.5)  # node 3 restarted
+    old = a.core
+    suspicion = Push(incarnation=1, version=5, entries=(Entry(1, 1, 1),))
+    assert [o for o in a.control(2, suspicion, 1.0) if isinstance(o, Reincarnated)]
+    assert a.core is not old
+    for core in (old, a.core):
+        assert core._is_dead(3, 2)
+        assert not core._is_dead(3, 3)
+        assert core._life[3] == 3
+
+
 def test_a_newer_live_incarnation_of_its_own_id_supersedes_the_node() -> None:
     """The identity was started twice: a peer holds a newer incarnation of this
     id, alive (even counter).  This machine reports :class:`Superseded` once

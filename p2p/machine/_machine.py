@@ -619,8 +619,9 @@ class NodeMachine:
     def _reincarnate(self, above: int, now: float) -> Out:
         """Others treat this incarnation as crashed: restart the core as a new one.
 
-        The new core starts empty with every known crash, numbers on from the
-        old one (publication ids stay unique) and subscribes again to the
+        The new core starts empty with every known crash and every member's
+        newest incarnation (so their older ones count as crashed), numbers on
+        from the old one (publication ids stay unique) and subscribes again to the
         application's topics, after :class:`Reincarnated` (so the driver drops
         the old life's queued packets before the new life's are queued).
         """
@@ -634,6 +635,11 @@ class NodeMachine:
         self.core.first_seq(old.next_seq)
         for node, inc in self.dead.items():
             self.core.crashed(node, inc, now)  # nothing to repair yet
+        for node, inc in sorted(self.incs.items()):
+            if inc > max(0, self.dead.get(node, -1)):
+                # Its older lives crashed: a late view entry of one is no member
+                # (else it stays in the view for good: partial fuzz seed 404153).
+                out += self.core.joined(node, inc, now)
         for topic in sorted(self.topics):
             out += self.core.subscribe(topic, now)
         return out
