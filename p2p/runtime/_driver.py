@@ -102,6 +102,15 @@ class _Driver(_NodeState):
         if self._arrived is not None:  # held back past its batch: timed from now
             self._received_at[self._arrived] = self._now
             self._arrived = None
+        if self._eager and not self._stepping:
+            self._write_eager()
+
+    def _write_eager(self) -> None:
+        """Write what this step queued on idle connections, without waiting for
+        their writer tasks (``_Link.write_now``)."""
+        eager, self._eager = self._eager, set()
+        for link in eager:
+            link.write_now()
 
     def _on_received(self, mid: MsgId) -> None:
         """Note ``mid``'s arrival; the previous one, still undelivered, is held back."""

@@ -16,6 +16,7 @@ tables and calls it needs), so this module does not import the node.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections import deque
 from typing import Protocol
@@ -55,6 +56,7 @@ class _LinkOwner(Protocol):
     connections: int
     leaving: bool
     _room: trio.Event
+    _eager: set[_Link]
 
     @property
     def record(self) -> bytes: ...
@@ -97,6 +99,13 @@ class _Link:
         """The current connection's scope (:meth:`redial` closes it)."""
         self.dialled: Peer | None = None
         """The record the current connection was dialled from."""
+        self.idle: tuple[trio.SocketStream, SecureSession] | None = None
+        """The connection, while the writer waits for work on it with nothing
+        half written: :meth:`write_now` may then write without waking it."""
+        self._frame_packets = 0
+        self.unsent = b""
+        """The tail of a frame :meth:`write_now` could not write at once: the
+        writer sends it before anything else on that connection."""
 
     def put_control(self, item: Control) -> None:
         """Queue a control packet; a full outbox drops it (counted), like a packet."""
@@ -115,6 +124,7 @@ class _Link:
         if self.connection is None or self.log.peer_life in (None, life):
             return None
         self.connection.cancel()
+        self.idle = None  # nothing more written on it, not even by write_now
         # Now, not at the next dial: frames logged from here on are the new
         # life's (a doomed connection may still take some) and are sent again.
         self._to_life(life)
@@ -139,7 +149,11 @@ class _Link:
         self.wake.set()
 
     def put(self, packets: list[Packet]) -> None:
-        """Queue ``packets``; beyond the limit they are counted and logged, not kept."""
+        """Queue ``packets``; beyond the limit they are counted and logged, not kept.
+
+        On an idle connection the node writes them itself at the end of the
+        step that queued them (:meth:`write_now`, from ``Node._handle``, the
+        only caller), one task switch sooner than the writer would."""
         room = self.node.config.outbox_limit - len(self.outbox)
         if len(packets) > room:
             lost = len(packets) - max(room, 0)
@@ -147,7 +161,33 @@ class _Link:
             log.error("outbox to %016x full: %d packets not queued", self.peer_id, lost)
             packets = packets[: max(room, 0)]
         self.outbox.extend(packets)
-        self.wake.set()
+        if self.idle is not None:
+            self.node._eager.add(self)
+        else:
+            self.wake.set()
+
+    def write_now(self) -> None:
+        """Write the outbox as frames on the idle connection without waiting
+        for the writer task; wake it for whatever this cannot finish (a full
+        socket buffer, an error: the frames are in the log either way)."""
+        idle = self.idle
+        if idle is None or self.unsent:
+            self.wake.set()
+            return
+        stream, session = idle
+        while self.outbox:
+            data = self._next_frame(session)
+            if data is None:
+                continue
+            try:
+                sent = _write(stream.socket.fileno(), data)
+            except OSError:  # full (the writer waits for room) or broken (it reconnects)
+                sent = 0
+            self._count_frame(len(data))
+            if sent < len(data):
+                self.unsent = data[sent:]
+                self.wake.set()  # the writer finishes it, then the rest
+                return
 
     async def run(self) -> None:
         """Dial when there is something to send; write frames; re-dial with backoff.
@@ -278,30 +318,55 @@ class _Link:
             await self.wake.wait()
 
     async def _pump(self, stream: trio.SocketStream, session: SecureSession) -> None:
-        """Write everything queued, one frame per batch that fits ``max_frame``."""
-        while True:
-            await self._wait_for_work()
-            taken = self._take()
-            if taken is None:
-                continue
-            count, body = taken
-            control = self.control_bytes
-            lost = self.log.sent(body, count)  # kept until confirmed: a failed write loses nothing
-            if lost:
-                self.node.stats["lost_on_disconnect"] += lost
-                log.error(
-                    "%016x confirms nothing: %d unconfirmed packets forgotten", self.peer_id, lost
-                )
-            data = frame(session.seal(body))
-            await stream.send_all(data)
-            self.node.stats["frames_sent"] += 1
-            self.node.stats["packets_sent"] += count
-            self.node._room.set()
-            self.node.stats["bytes_sent"] += len(data)
-            if control and not count:  # a frame of control packets only costs its whole size
-                self.node.stats["detector_bytes_sent"] += len(data)
-            else:
-                self.node.stats["detector_bytes_sent"] += control + self.alive_bytes
+        """Write everything queued, one frame per batch that fits ``max_frame``
+        (after the tail :meth:`write_now` left, if any)."""
+        try:
+            while True:
+                if self.unsent:
+                    tail, self.unsent = self.unsent, b""
+                    await stream.send_all(tail)
+                if not self.outbox:
+                    self.idle = (stream, session)
+                    try:
+                        await self._wait_for_work()
+                    finally:
+                        self.idle = None
+                    continue
+                data = self._next_frame(session)
+                if data is None:
+                    continue
+                await stream.send_all(data)
+                self._count_frame(len(data))
+        finally:
+            self.unsent = b""  # its frame is in the log: the next connection resends it
+
+    def _next_frame(self, session: SecureSession) -> bytes | None:
+        """The next frame of the outbox, logged and sealed (``None``: nothing to send)."""
+        taken = self._take()
+        if taken is None:
+            return None
+        count, body = taken
+        lost = self.log.sent(body, count)  # kept until confirmed: a failed write loses nothing
+        if lost:
+            self.node.stats["lost_on_disconnect"] += lost
+            log.error(
+                "%016x confirms nothing: %d unconfirmed packets forgotten", self.peer_id, lost
+            )
+        self._frame_packets = count
+        return frame(session.seal(body))
+
+    def _count_frame(self, size: int) -> None:
+        """Count the frame :meth:`_next_frame` made last as sent (``size`` bytes)."""
+        stats = self.node.stats
+        stats["frames_sent"] += 1
+        stats["packets_sent"] += self._frame_packets
+        self.node._room.set()
+        stats["bytes_sent"] += size
+        control = self.control_bytes
+        if control and not self._frame_packets:  # control packets only: its whole size
+            stats["detector_bytes_sent"] += size
+        else:
+            stats["detector_bytes_sent"] += control + self.alive_bytes
 
     def _take(self) -> tuple[int, bytes] | None:
         """A prefix of the outbox as one frame body, and the core packets in it
@@ -346,6 +411,8 @@ class _Link:
         return len(self.outbox)
 
 
+_write = os.write
+"""A non-blocking write to a connection's socket (trio's sockets are non-blocking)."""
 _CONTROL = (*Control.__args__,)
 _NOT_CORE = (PeerExchange, *_CONTROL)
 _LASTED = 1.0

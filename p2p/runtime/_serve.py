@@ -192,10 +192,20 @@ class _Server(_Driver):
         Every frame is a sign of life of its sender, with the detector version
         it carries: one dict write here, handed to the detector at its next
         timer (``NodeMachine.handle_timer``)."""
+        link, lseq, first = await self._link_hello(messages, session)
+        try:
+            await self._read_loop(messages, session, link, lseq, first)
+        finally:
+            if self._eager:  # what the last frames queued, however the loop ended
+                self._write_eager()
+
+    async def _read_loop(
+        self, messages: Messages, session: SecureSession, link: int, lseq: int, first: bytes | None
+    ) -> None:
+        """:meth:`_read_frames` after the link's hello."""
         peer = session.peer_id
         heard = self._heard
         alive_set, dead = self._alive, self._dead
-        link, lseq, first = await self._link_hello(messages, session)
         revoked = self._revoked
         while True:
             if first is not None:
@@ -225,9 +235,15 @@ class _Server(_Driver):
             self.stats["frames_received"] += 1
             self.stats["bytes_received"] += len(plain) + _RECORD_OVERHEAD
             now = trio.current_time()  # every packet of a frame arrived together
-            for packet in body.packets:
-                self.stats["packets_received"] += 1
-                self._handle(self.core.receive(peer, packet, now), now)
+            self._stepping = True  # one write per link for all the frame sends
+            try:
+                for packet in body.packets:
+                    self.stats["packets_received"] += 1
+                    self._handle(self.core.receive(peer, packet, now), now)
+            finally:
+                self._stepping = False
+            if self._eager and not messages.ready:  # else after the last frame read
+                self._write_eager()
             if body.control:
                 self._on_control(peer, body.control)
             if body.exchange is not None:

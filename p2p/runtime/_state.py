@@ -171,6 +171,11 @@ class _NodeState:
         self._closed = False
         self._limits = WireLimits.from_config(stamped, max_frame=config.max_frame)
         self._room = trio.Event()
+        self._eager: set[_Link] = set()
+        """Links with packets queued on an idle connection, written at the end of
+        the current step (:meth:`_write_eager`): one frame for all a step sends."""
+        self._stepping = False
+        """Set while a frame's packets are handled: the writes wait for its end."""
         self.recorder: Recorder | None = None
         """Telemetry (``NodeConfig.telemetry_dir``), set by :func:`open_node`."""
         self.connections = 0
