@@ -443,6 +443,15 @@ class _Delivery(_CoreBase):
             _note_seen(state, msg)
             state.blind = state.blind or self._unseen_skip(state, msg)
             self._note_follower(state, msg)
+        self._note_past(state, msg)
+
+    def _note_past(self, state: _Topic, msg: PubMessage) -> None:
+        """Note in ``skipped_past`` what ``msg``, seen here and never to be
+        delivered here, still waited for: what names it waits for that instead."""
+        past = state.skipped_past
+        key = (msg.id.source, msg.id.incarnation, msg.id.seq)
+        if key in past:
+            return
         # Only what is still missing: the notes stay as small as the gaps.
         deps = self._live_deps(state, msg)
         waits = dict.fromkeys(d for d in deps if not state.buffer.satisfied(d))

@@ -151,7 +151,10 @@ class _Receive(_Fence):
         known = self._topics.get(packet.topic)
         fenced: tuple[PubMessage, ...] = ()
         if known is not None and known.fences and messages:
+            whole = messages
             messages, fenced = self._fence_split(known, messages)
+            for given_up in whole[len(messages) + len(fenced) :]:  # above a decision
+                self._note_past(known, given_up)
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
         if fenced:

@@ -77,6 +77,10 @@ class _Membership:
         self.counts = dict.fromkeys(("control_sent", "control_lost", "hints", "reincarnations"), 0)
         self._quiet_since: float | None = None
         self._checked = -float("inf")
+        self.older_lives: dict[int, set[int]] = {}
+        """The incarnations a node's running process had before it reincarnated
+        (``NodeMachine._reincarnate``): a control message sent to one of them
+        still reaches it, as in the runtime, where it is the same process."""
 
     # ------------------------------------------------------------ machines --
 
@@ -146,6 +150,7 @@ class _Membership:
             self._push(sim.now + 2 * self.cfg.interval, sim._SEED, item)
 
     def _install(self, node: int, m: NodeMachine) -> None:
+        self.older_lives.pop(node, None)  # a new process
         self.sim.machines[node] = m
         self.sim.nodes[node] = m.core
         m.start_rounds(self.sim.now + self.rng.uniform(0, self.cfg.interval))
@@ -216,7 +221,9 @@ class _Membership:
             src, dest, msg, life = cast(tuple[int, int, Any, int], item)
             if sim._twins is not None and sim._twins.catch(src, dest, life, (msg,)):
                 pass  # to the older process of an id started twice: it runs
-            elif dest in sim.down or life != sim.incarnation[dest]:
+            elif dest in sim.down or (
+                life != sim.incarnation[dest] and life not in self.older_lives.get(dest, ())
+            ):
                 self.counts["control_lost"] += 1
                 self.refused(src, dest, life)
                 self._retry_seed(src, dest, msg)
@@ -354,6 +361,7 @@ class _Membership:
         """The trace shows a crash and a recovery; the old life's links die."""
         sim = self.sim
         self.counts["reincarnations"] += 1
+        self.older_lives.setdefault(node, set()).add(o.previous)
         sim._died[(node, o.previous)] = at
         sim.incarnation[node] = o.incarnation
         m = sim.machines[node]
