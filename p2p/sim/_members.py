@@ -362,6 +362,10 @@ class _Membership:
         sim = self.sim
         self.counts["reincarnations"] += 1
         self.older_lives.setdefault(node, set()).add(o.previous)
+        # Its queued timer names the older life and is skipped: the next _arm
+        # must queue one for this life even if the machine's time is the same
+        # (else the detector never ran again: partial seed 702530).
+        self.timer_at.pop(node, None)
         sim._died[(node, o.previous)] = at
         sim.incarnation[node] = o.incarnation
         m = sim.machines[node]
