@@ -51,6 +51,7 @@ the decision.  Not covered: a member the coordinator does not know
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 
 from causal import Dep, MsgId
 from topics._delivery import _deps, _held_before, _predates
@@ -164,9 +165,7 @@ class _Fence(_Repair):
             src, inc = msg.id.source, msg.id.incarnation
             if not self._is_dead(src, inc) or buffer.satisfied(msg.id):
                 continue
-            for dep in _deps(msg):  # ops (negative streams) are never dead streams
-                if self._fence_needed(state, dep):
-                    out.extend(self._fence_ask(state, _stream_key(dep[0], dep[1])))
+            out.extend(self._fence_asks(state, _deps(msg)))  # ops are never dead streams
         return out
 
     def _past_waits(self, state: _Topic, msg: PubMessage, lost: list[Dep]) -> list[Dep] | None:
@@ -439,6 +438,26 @@ class _Fence(_Repair):
             return kept, ()
         return kept, tuple(m for m in messages if m.id.seq > top)
 
+    def _fence_keep(
+        self,
+        state: _Topic,
+        whole: tuple[PubMessage, ...],
+        kept: tuple[PubMessage, ...],
+        held: tuple[PubMessage, ...],
+    ) -> None:
+        """Carry out :meth:`_fence_split` of ``whole`` into ``kept`` and ``held``,
+        once the round passed its checks: ``held`` waits for the decision, and
+        what lies above a decision is given up but was seen here, so what names
+        it waits for its past instead (``skipped_past``, burst seed 801420).
+        Only a round of increasing ids is noted: an out-of-order one above a
+        decision is dropped unchecked, and must change nothing."""
+        if held:
+            self._fence_hold(state, held)
+        given_up = whole[len(kept) + len(held) :]
+        if given_up and all(a.id.seq < b.id.seq for a, b in pairwise(whole)):
+            for m in given_up:
+                self._note_past(state, m)
+
     @staticmethod
     def _fence_hold(state: _Topic, held: tuple[PubMessage, ...]) -> None:
         """Keep ``held`` (from :meth:`_fence_split`) until the decision."""
@@ -598,10 +617,7 @@ class _Fence(_Repair):
             if key in state.fences:
                 whole = run
                 run, held = self._fence_split(state, run)
-                if held:
-                    self._fence_hold(state, held)
-                for given_up in whole[len(run) + len(held) :]:  # above a decision
-                    self._note_past(state, given_up)
+                self._fence_keep(state, whole, run, held)
             if run:
                 out.extend(self._fence_take(state, run))
         return out

@@ -150,15 +150,13 @@ class _Receive(_Fence):
         self._check_remote(packet.topic, messages)
         known = self._topics.get(packet.topic)
         fenced: tuple[PubMessage, ...] = ()
+        whole = messages
         if known is not None and known.fences and messages:
-            whole = messages
             messages, fenced = self._fence_split(known, messages)
-            for given_up in whole[len(messages) + len(fenced) :]:  # above a decision
-                self._note_past(known, given_up)
         fresh, last_rx = self._fresh(known.last_rx if known else {}, messages)
         state = known or self._topic(packet.topic)
-        if fenced:
-            self._fence_hold(state, fenced)
+        if len(messages) < len(whole):
+            self._fence_keep(state, whole, messages, fenced)
         out: list[Output] = []
         if fresh and not state.preset:
             self._took(state, fresh)
