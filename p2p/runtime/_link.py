@@ -102,7 +102,6 @@ class _Link:
         self.idle: tuple[trio.SocketStream, SecureSession] | None = None
         """The connection, while the writer waits for work on it with nothing
         half written: :meth:`write_now` may then write without waking it."""
-        self._frame_packets = 0
         self.unsent = b""
         """The tail of a frame :meth:`write_now` could not write at once: the
         writer sends it before anything else on that connection."""
@@ -176,14 +175,15 @@ class _Link:
             return
         stream, session = idle
         while self.outbox:
-            data = self._next_frame(session)
-            if data is None:
+            made = self._next_frame(session)
+            if made is None:
                 continue
+            data, count = made
             try:
                 sent = _write(stream.socket.fileno(), data)
             except OSError:  # full (the writer waits for room) or broken (it reconnects)
                 sent = 0
-            self._count_frame(len(data))
+            self._count_frame(len(data), count)
             if sent < len(data):
                 self.unsent = data[sent:]
                 self.wake.set()  # the writer finishes it, then the rest
@@ -332,16 +332,18 @@ class _Link:
                     finally:
                         self.idle = None
                     continue
-                data = self._next_frame(session)
-                if data is None:
+                made = self._next_frame(session)
+                if made is None:
                     continue
+                data, count = made
                 await stream.send_all(data)
-                self._count_frame(len(data))
+                self._count_frame(len(data), count)
         finally:
             self.unsent = b""  # its frame is in the log: the next connection resends it
 
-    def _next_frame(self, session: SecureSession) -> bytes | None:
-        """The next frame of the outbox, logged and sealed (``None``: nothing to send)."""
+    def _next_frame(self, session: SecureSession) -> tuple[bytes, int] | None:
+        """The next frame of the outbox, logged and sealed, and the core packets
+        in it (``None``: nothing to send)."""
         taken = self._take()
         if taken is None:
             return None
@@ -352,18 +354,18 @@ class _Link:
             log.error(
                 "%016x confirms nothing: %d unconfirmed packets forgotten", self.peer_id, lost
             )
-        self._frame_packets = count
-        return frame(session.seal(body))
+        return frame(session.seal(body)), count
 
-    def _count_frame(self, size: int) -> None:
-        """Count the frame :meth:`_next_frame` made last as sent (``size`` bytes)."""
+    def _count_frame(self, size: int, count: int) -> None:
+        """Count the frame :meth:`_next_frame` made last as sent: ``size`` bytes,
+        ``count`` core packets (its control bytes are :attr:`control_bytes`)."""
         stats = self.node.stats
         stats["frames_sent"] += 1
-        stats["packets_sent"] += self._frame_packets
+        stats["packets_sent"] += count
         self.node._room.set()
         stats["bytes_sent"] += size
         control = self.control_bytes
-        if control and not self._frame_packets:  # control packets only: its whole size
+        if control and not count:  # control packets only: its whole size
             stats["detector_bytes_sent"] += size
         else:
             stats["detector_bytes_sent"] += control + self.alive_bytes
