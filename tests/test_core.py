@@ -817,6 +817,31 @@ def test_a_frontier_mark_follows_a_chain_through_the_members_own_publication() -
     assert beyond == {}
 
 
+def test_a_frontier_stops_before_what_names_a_publication_in_a_gap() -> None:
+    """A publication that names one this member never received (in a gap of
+    another stream, or below where it first received that stream) may follow
+    an op it does not know: its frontier must stop before it.  Failure_fuzz
+    partial seed 1102671: node 5 first received node 4's stream at (4, 2),
+    then (7, 1), which names (4, 1) and so node 2's op; node 5's frontier
+    covered (7, 1), and node 2, to which it was owed, skipped it."""
+    net = subscribed_net([0, 1, 2, 3], [0, 1, 3])
+    core = net.cores[0]
+    state = core._topics[T]
+
+    def took(msg: PubMessage) -> None:
+        core._took(state, (msg,))
+        state.last_rx[msg.id.source] = msg.id.seq  # a first life's stream key: its source
+
+    took(PubMessage(MsgId(1, 0, 5), b"", prev=3))  # (1, 3) and below never came
+    took(PubMessage(MsgId(3, 0, 7), b"", deps=(MsgId(1, 0, 3),)))
+    took(PubMessage(MsgId(1, 0, 9), b"", prev=5))
+    took(PubMessage(MsgId(1, 0, 12), b"", prev=11))  # (1, 10) and (1, 11) never came
+    took(PubMessage(MsgId(3, 0, 13), b"", deps=(MsgId(1, 0, 11),), prev=7))
+    first, _ = core._sync_frontier(state, 2)
+    assert first[(3, 0)] == 7
+    assert first[(1, 0)] == 5  # its own gaps stop it: GAP at (1, 5)
+
+
 def _steps_except(net: Net, src: int, dst: int) -> None:
     """Deliver everything on the wire but the packets from ``src`` to ``dst``."""
     while True:

@@ -23,6 +23,7 @@ from topics._state import (
     ANY_OP,
     GAP,
     GAP2,
+    GAP_FROM,
     StreamKey,
     _as_bounds,
     _held_below,
@@ -58,7 +59,9 @@ class _Announcing(_Aggregation):
         follows one marked for that node (so marks follow causal chains), or a
         publication of another stream that never came here (then for any node,
         ``ANY_OP``).  The first whose own predecessor never came here is marked
-        ``GAP``, the second ``GAP2``."""
+        ``GAP``, the second ``GAP2``; where the first gap may start is kept as
+        ``GAP_FROM`` (:meth:`_unknown_ops` marks what names a publication from
+        there on)."""
         src, inc = fresh[0].id.source, fresh[0].id.incarnation
         key = _stream_key(src, inc)
         marks = state.novel.get(key)
@@ -68,7 +71,12 @@ class _Announcing(_Aggregation):
         for msg in fresh:
             found = self._unknown_ops(state, msg)
             if msg.prev > last:
-                found.add(GAP2 if marks and GAP in marks else GAP)
+                if not marks or GAP not in marks:
+                    # What names a publication in the gap follows an unknown
+                    # past (failure_fuzz partial seed 1102671).
+                    marks = state.novel.setdefault(key, {})
+                    marks[GAP_FROM] = last + 1
+                found.add(GAP2 if GAP in marks else GAP)
             if found:
                 marks = self._mark(state, key, found, msg.id.seq)
                 if ANY_OP in found:

@@ -43,6 +43,13 @@ Another stream's publication that follows it is marked ``ANY_OP``."""
 GAP2 = -3
 """In ``_Topic.novel``: the publication after the stream's second gap."""
 
+GAP_FROM = -4
+"""In ``_Topic.novel``: the first sequence number the stream's first gap may
+hold (one past the newest publication received before it; 0 if the stream
+was first received past its start).  A publication of another stream that
+names one from there on names one that never came here (in the gap), or
+follows the gap: it is marked ``ANY_OP``."""
+
 FENCE_LATER = 256
 """FENCE packets a topic keeps for streams not known crashed yet (the oldest
 stream's go beyond it): a member hears of a crash a detection delay after
