@@ -13,10 +13,15 @@ repository root::
     python -m bench.failure_fuzz --first-seed 400 --runs 400 --tpp-stdev 60
     python -m bench.failure_fuzz --modes partial --runs 1000
     python -m bench.failure_fuzz --modes burst --runs 1000 --tpp-stdev 60
+    python -m bench.failure_fuzz --modes partial --max-nodes 16 --runs 500
 
 ``--tpp-stdev`` widens the spread of link delays (default 25, the thesis'),
 which makes packets land inside a node's processing window at its crash more
 often (the case issue 21 reported was found with 60).
+
+``--max-nodes`` raises the largest fleet drawn (default 10; the smallest is
+3, and 5 in ``burst``): the same seed draws the same script shape with the
+default, so the seeds in the tests keep their meaning.
 
 ``--modes`` picks the modes (default ``crash,recover``).  A third one,
 ``partial``, is the shape of ``tests/test_sim_detector.py``'s one-way
@@ -29,8 +34,9 @@ a crashed source's last round often dies with all its holders.
 
 It prints, per mode, how many runs broke something, by kind, how many sent
 FENCE packets (an agreement on where a crashed stream ends,
-``topics._fence``), and the shortest failing script (replay it with its
-seed); the JSON has it all.
+``topics._fence``), every failing seed (replay one with :func:`run_one`) and
+the shortest failing script; the JSON has it all.  A mode that runs longer
+than a few seconds reports its progress on stderr.
 """
 
 from __future__ import annotations
@@ -69,13 +75,13 @@ def draw_script(
     return legal_script(steps, crash_roll=9, max_down=n // 2, recover=recover)
 
 
-def draw_burst(rng: random.Random) -> tuple[int, Script]:
+def draw_burst(rng: random.Random, max_nodes: int = 12) -> tuple[int, Script]:
     """``burst`` mode: 5..12 nodes subscribed to one topic from the start, then
     publications and crashes close together (a publisher often crashes
     within 90 u.t. of its publication, with its round still on its way), so
     that the holders of a round often crash before anyone hears of its
     source's crash: the shape the fence (``topics._fence``) is for."""
-    n = rng.randint(5, 12)
+    n = rng.randint(5, max(5, max_nodes))
     script: Script = [(0.0, "SUB", k, "t0") for k in range(n)]
     down: set[int] = set()
     at = 1000.0
@@ -101,13 +107,15 @@ def run_one(
     partial: bool = False,
     burst: bool = False,
     detect: tuple[float, float] | None = None,
+    max_nodes: int = 10,
 ) -> dict[str, Any]:
     """Draw and run case ``seed``; return its script and what broke (kinds).
     ``partial``: the real detector and seed-only introductions; ``burst``:
     :func:`draw_burst` (module docstring); ``detect``: the oracle's
-    ``(delay, jitter)`` for every run instead of one drawn from :data:`DETECT`."""
+    ``(delay, jitter)`` for every run instead of one drawn from :data:`DETECT`;
+    ``max_nodes``: the largest fleet drawn (``burst``: 12 unless larger)."""
     rng = random.Random(seed)
-    n = rng.randint(3, 10)
+    n = rng.randint(3, max_nodes)
     topics = ["t0", "t1"][: rng.randint(1, 2)]
     detect = rng.choice(DETECT if detect is None else [detect])
     delays = DelayModel(tpp_stdev=tpp_stdev)
@@ -122,7 +130,7 @@ def run_one(
         )
     else:
         if burst:
-            n, script = draw_burst(rng)
+            n, script = draw_burst(rng, max(12, max_nodes))
         else:
             script = draw_script(rng, n, topics, recover=recover)
         sim = Simulation(
@@ -182,10 +190,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=_detect_arg,
         help="DELAY,JITTER of the oracle detector in every run (default: drawn per run)",
     )
+    parser.add_argument(
+        "--max-nodes", type=int, default=10, help="largest fleet drawn (default 10)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/out/failure_fuzz.json"))
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be >= 1")
+    if not 3 <= args.max_nodes <= 64:
+        parser.error(f"--max-nodes takes 3..64, got {args.max_nodes}")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
         parser.error(f"--modes takes some of {','.join(MODES)}, got {args.modes!r}")
@@ -193,17 +206,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     for mode in modes:
         started = time.monotonic()
         seeds = range(args.first_seed, args.first_seed + args.runs)
-        runs = [
-            run_one(
-                seed,
-                recover=mode != "crash",
-                tpp_stdev=args.tpp_stdev,
-                partial=mode == "partial",
-                burst=mode == "burst",
-                detect=args.detect,
+        runs = []
+        shown = started
+        for seed in seeds:
+            runs.append(
+                run_one(
+                    seed,
+                    recover=mode != "crash",
+                    tpp_stdev=args.tpp_stdev,
+                    partial=mode == "partial",
+                    burst=mode == "burst",
+                    detect=args.detect,
+                    max_nodes=args.max_nodes,
+                )
             )
-            for seed in seeds
-        ]
+            if time.monotonic() - shown > 30:
+                shown = time.monotonic()
+                broke = sum(1 for r in runs if r["broke"])
+                print(f"{mode}: {len(runs)}/{args.runs} runs, {broke} broke", file=sys.stderr)
         bad = [r for r in runs if r["broke"]]
         kinds = Counter(k for r in bad for k in r["broke"])
         shortest = min(bad, key=lambda r: len(r["script"]), default=None)
@@ -212,7 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "first_seed": args.first_seed,
             "tpp_stdev": args.tpp_stdev,
             "detect": args.detect,
+            "max_nodes": args.max_nodes,
             "broken": len(bad),
+            "seeds": [r["seed"] for r in bad],
             "kinds": dict(kinds),
             "fenced": sum(1 for r in runs if r["fence_packets"]),
             "seconds": round(time.monotonic() - started, 1),
@@ -224,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" ({fenced} needed the fence)"
         )
         if shortest is not None:
+            print(f"          seeds: {' '.join(str(r['seed']) for r in bad)}")
             print(f"          shortest (seed {shortest['seed']}): {shortest['script']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
