@@ -424,7 +424,9 @@ class Simulation:
         """
         sender, dest, packet, life, sender_life = item
         if not self._died and self._twins is None:  # a crash-free, twin-free run
-            if dest in self.down or life != self.incarnation[dest]:
+            if dest in self.down or (
+                life != self.incarnation[dest] and not self._same_process(dest, life)
+            ):
                 self.lost += 1
                 if self._members is not None:
                     self._members.refused(sender, dest, life)
@@ -442,7 +444,9 @@ class Simulation:
         died = self._died.get((sender, sender_life)) if self._died else None
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
-        elif dest in self.down or life != self.incarnation[dest]:
+        elif dest in self.down or (
+            life != self.incarnation[dest] and not self._same_process(dest, life)
+        ):
             if self._twins is not None and self._twins.catch(sender, dest, life, (packet, 0)):
                 return  # sent to the older process of an id started twice: it runs
             self.lost += 1
@@ -452,6 +456,14 @@ class Simulation:
             if self._twins is not None and sender_life >= 0:  # not from an older process
                 self._twins.seen_newer(dest, sender, max(self.now, self.clocks[dest].cpu_free))
             self._arrive(sender, dest, packet)
+
+    def _same_process(self, node: int, life: int) -> bool:
+        """Whether ``life`` is an older incarnation of ``node``'s running process
+        (it reincarnated, ``NodeMachine._reincarnate``): what was on its way to
+        that life reaches the new core, as in the runtime, where the process
+        and its connections stay."""
+        members = self._members
+        return members is not None and life in members.older_lives.get(node, ())
 
     def _defers(self, node: int, end: float) -> bool:
         """Whether work of ``node`` that ends at ``end`` must wait in the heap until then.

@@ -79,8 +79,9 @@ class _Membership:
         self._checked = -float("inf")
         self.older_lives: dict[int, set[int]] = {}
         """The incarnations a node's running process had before it reincarnated
-        (``NodeMachine._reincarnate``): a control message sent to one of them
-        still reaches it, as in the runtime, where it is the same process."""
+        (``NodeMachine._reincarnate``): a control message or a link packet sent
+        to one of them still reaches it, as in the runtime, where it is the
+        same process (``Simulation._same_process``)."""
 
     # ------------------------------------------------------------ machines --
 
@@ -222,7 +223,7 @@ class _Membership:
             if sim._twins is not None and sim._twins.catch(src, dest, life, (msg,)):
                 pass  # to the older process of an id started twice: it runs
             elif dest in sim.down or (
-                life != sim.incarnation[dest] and life not in self.older_lives.get(dest, ())
+                life != sim.incarnation[dest] and not sim._same_process(dest, life)
             ):
                 self.counts["control_lost"] += 1
                 self.refused(src, dest, life)
