@@ -28,6 +28,7 @@ from topics._state import (
     _as_bounds,
     _held_below,
     _held_through,
+    _kept_items,
     _merge_max,
     _Pending,
     _stream_key,
@@ -367,7 +368,7 @@ class _Announcing(_Aggregation):
         the subscription was confirmed: where a frontier's cut stops
         (:meth:`_frontier`)."""
         found: dict[tuple[int, int], int] = {}
-        for msg in [*state.buffer.items(), *state.early]:
+        for msg in [*_kept_items(state), *state.early]:
             stream = (msg.id.source, msg.id.incarnation)
             found[stream] = min(found.get(stream, msg.id.seq), msg.id.seq)
         return found

@@ -20,6 +20,7 @@ from topics._state import (
     StreamKey,
     _Announce,
     _DeadRound,
+    _kept_items,
     _oldest_held,
     _Pending,
     _Relay,
@@ -140,7 +141,7 @@ class _Repair(_Rounds):
     def _settle_dead_streams(self, state: _Topic, node: int, incarnation: int) -> list[PubMessage]:
         """:meth:`_start_stream_at` for the unbounded streams of ``node`` (up to
         ``incarnation``, now crashed) that have publications held here."""
-        incs = {m.id.incarnation for m in state.buffer.items()
+        incs = {m.id.incarnation for m in _kept_items(state)
                 if m.id.source == node and m.id.incarnation <= incarnation}  # fmt: skip
         released: list[PubMessage] = []
         for inc in incs - {i for n, i in state.bounds if n == node}:

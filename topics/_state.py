@@ -516,9 +516,31 @@ def _as_bounds(firsts: dict[tuple[int, int], int]) -> tuple[Bound, ...]:
     return tuple(Bound(n, i, b) for (n, i), b in firsts.items())
 
 
+def _kept_items(state: _Topic) -> list[PubMessage]:
+    """Every publication received here (confirmed) and neither delivered nor
+    skipped yet: the buffer's, and those a fence keeps for a decision or for
+    marks (``awaiting``, ``marked``; ``topics._fence``), each once.
+
+    What "held here" means to a bound or a cut: one kept by the fence came
+    as surely as one in the buffer (failure_fuzz partial seed 2203593: an
+    announce bound took node 0's (0, 1), kept for a decision on crashed
+    node 2's stream, for one that never came, and skipped it)."""
+    held = state.buffer.items()
+    if not (state.marked or state.awaiting):
+        return held
+    kept = {m.id: m for m in held}
+    for m, _ in state.marked.values():
+        kept.setdefault(m.id, m)
+    for waiting in state.awaiting.values():
+        for m in waiting.values():
+            kept.setdefault(m.id, m)
+    return list(kept.values())
+
+
 def _held_below(state: _Topic, node: int, inc: int, below: int) -> list[PubMessage]:
-    """The publications of stream ``(node, inc)`` held here below ``below``, oldest first."""
-    held = [m for m in state.buffer.items() if m.id.source == node
+    """The publications of stream ``(node, inc)`` held here below ``below``
+    (:func:`_kept_items`), oldest first."""
+    held = [m for m in _kept_items(state) if m.id.source == node
             and m.id.incarnation == inc and m.id.seq < below]  # fmt: skip
     held.sort(key=lambda m: m.id.seq)
     return held
@@ -536,7 +558,8 @@ def _held_through(held: list[PubMessage], bound: int) -> bool:
 
 
 def _oldest_held(state: _Topic, node: int, inc: int, below: int | None = None) -> PubMessage | None:
-    """The oldest publication of stream ``(node, inc)`` held here (below ``below``)."""
-    held = [m for m in state.buffer.items() if m.id.source == node
+    """The oldest publication of stream ``(node, inc)`` held here (below
+    ``below``; :func:`_kept_items`)."""
+    held = [m for m in _kept_items(state) if m.id.source == node
             and m.id.incarnation == inc and (below is None or m.id.seq < below)]  # fmt: skip
     return min(held, key=lambda m: m.id.seq, default=None)
