@@ -17,7 +17,14 @@ from causal import Dep, MsgId, op_stream
 from topics._base import _CoreBase
 from topics._events import Delivered, Output, Received, Subscribed
 from topics._messages import PubMessage, ViewEntry
-from topics._state import DEAD_BOUND, SKIPPED_PAST, _oldest_held, _stream_key, _Topic
+from topics._state import (
+    DEAD_BOUND,
+    SKIPPED_PAST,
+    _kept_items,
+    _oldest_held,
+    _stream_key,
+    _Topic,
+)
 
 
 def _deps(msg: PubMessage) -> list[Dep]:
@@ -46,14 +53,10 @@ def _held_before(state: _Topic, msg: PubMessage, lost: Iterable[Dep]) -> list[Ms
     a wait, for what follows ``msg`` would wait for ``msg`` in turn; waiting
     on it too closed a circle and held all of them for good (verify profile:
     ``test_sim_detector.py``'s one-way property, seed 262144)."""
-    held = state.buffer.items()
-    kept = {h.id for h in held}
+    kept = {h.id for h in state.buffer.items()}
     for mid in [m for m in state.fence_held if m not in kept]:
         del state.fence_held[mid]
-    if state.marked:  # kept for marks (topics._fence): held too
-        held = [*held, *(m for m, _ in state.marked.values())]
-    if state.awaiting:  # kept for a decision (topics._fence): held too
-        held = [*held, *(m for k in state.awaiting.values() for m in k.values())]
+    held = _kept_items(state)  # what the fence keeps is held too
     after = {(msg.id.source, msg.id.incarnation): msg.id.seq}
     for src, inc, seq in lost:
         after[(src, inc)] = min(seq, after.get((src, inc), seq))
