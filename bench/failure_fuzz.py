@@ -146,6 +146,8 @@ def run_one(
     found["fence_packets"] = sim.recorder.packets.get("FENCE", 0)  # topics._fence at work
     if partial:
         found["introductions"] = {k: sorted(v) for k, v in sorted(intro.items())} if intro else {}
+        # link packets that reached a reincarnated node's new core (Simulation._same_process)
+        found["older_life_packets"] = sim.membership_metrics().get("older_life_packets", 0)
     else:
         found["detect"] = detect
     return found

@@ -425,7 +425,7 @@ class Simulation:
         sender, dest, packet, life, sender_life = item
         if not self._died and self._twins is None:  # a crash-free, twin-free run
             if dest in self.down or (
-                life != self.incarnation[dest] and not self._same_process(dest, life)
+                life != self.incarnation[dest] and not self._to_older_life(dest, life)
             ):
                 self.lost += 1
                 if self._members is not None:
@@ -445,7 +445,7 @@ class Simulation:
         if died is not None and packet.start + self.delays.tt > died:
             self.unsent += 1
         elif dest in self.down or (
-            life != self.incarnation[dest] and not self._same_process(dest, life)
+            life != self.incarnation[dest] and not self._to_older_life(dest, life)
         ):
             if self._twins is not None and self._twins.catch(sender, dest, life, (packet, 0)):
                 return  # sent to the older process of an id started twice: it runs
@@ -464,6 +464,15 @@ class Simulation:
         and its connections stay."""
         members = self._members
         return members is not None and life in members.older_lives.get(node, ())
+
+    def _to_older_life(self, node: int, life: int) -> bool:
+        """:meth:`_same_process` for a link packet, counted when it holds
+        (``membership_metrics()["older_life_packets"]``)."""
+        if not self._same_process(node, life):
+            return False
+        assert self._members is not None
+        self._members.counts["older_life_packets"] += 1
+        return True
 
     def _defers(self, node: int, end: float) -> bool:
         """Whether work of ``node`` that ends at ``end`` must wait in the heap until then.

@@ -291,7 +291,7 @@ class Links:
         if died is not None and frame.start + sim.delays.tt > died:
             sim.unsent += 1
             return
-        if dst in sim.down or (life != sim.incarnation[dst] and not sim._same_process(dst, life)):
+        if dst in sim.down or (life != sim.incarnation[dst] and not sim._to_older_life(dst, life)):
             sim.lost += 1
             if sim._members is not None:
                 sim._members.refused(src, dst, life)

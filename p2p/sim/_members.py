@@ -74,7 +74,9 @@ class _Membership:
         self.overlays: dict[frozenset[int], Hypercube] = {frozenset(sim.ids): sim.overlay}
         self.detections: list[tuple[float, int, int, int, float | None]] = []
         """``(time, observer, suspected, incarnation, its crash time or None)``."""
-        self.counts = dict.fromkeys(("control_sent", "control_lost", "hints", "reincarnations"), 0)
+        self.counts = dict.fromkeys(
+            ("control_sent", "control_lost", "hints", "reincarnations", "older_life_packets"), 0
+        )
         self._quiet_since: float | None = None
         self._checked = -float("inf")
         self.older_lives: dict[int, set[int]] = {}
