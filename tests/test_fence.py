@@ -180,8 +180,8 @@ def test_the_decision_delivers_what_leads_up_to_it_and_drops_the_rest(
 def test_a_round_above_the_decision_notes_its_past_only_if_well_formed() -> None:
     """Copies that come above a decision are given up, but what they waited
     for is noted for what names them (burst seed 801420).  A round there
-    whose ids are out of order is dropped without the checks a kept round
-    gets, so it must change nothing."""
+    whose ids are out of order is refused as a kept round would be, and
+    changes nothing."""
     node = member()
     node.receive(COORD, fence(COORD, FENCE_DECISION, -1), 0.0)
 
@@ -189,8 +189,10 @@ def test_a_round_above_the_decision_notes_its_past_only_if_well_formed() -> None
         msgs = tuple(PubMessage(MsgId(SOURCE, 0, q), b"x", (MsgId(2, 0, 5),)) for q in seqs)
         return PubRound(RoundId(SOURCE, 0, rnd), "t", msgs, ())
 
-    assert delivered(node.receive(2, copies(1, 2, 1), 0.0)) == []
+    with pytest.raises(RemoteProtocolError, match="out of order"):
+        node.receive(2, copies(1, 2, 1), 0.0)
     assert node._topics["t"].skipped_past == {}
+    assert RoundId(SOURCE, 0, 1) not in node._pending
     assert delivered(node.receive(2, copies(2, 1, 2), 0.0)) == []
     assert node._topics["t"].skipped_past == {
         (SOURCE, 0, 1): (MsgId(2, 0, 5),),

@@ -422,7 +422,8 @@ class _Fence(_Repair):
         (held, see :meth:`_fence_hold`), nothing above the decision after it
         (dropped).  Pure, so that a round that turns out malformed (the
         caller checks it next) changes nothing; a round that mixes streams
-        is left whole for that check."""
+        or whose ids do not increase is left whole, so that check refuses it
+        (above a decision it would otherwise be dropped unchecked)."""
         first = messages[0].id
         src, inc = first.source, first.incarnation
         fenced = state.fences.get(_stream_key(src, inc))
@@ -432,6 +433,8 @@ class _Fence(_Repair):
         if messages[-1].id.seq <= top:
             return messages, ()
         if any(m.id.source != src or m.id.incarnation != inc for m in messages):
+            return messages, ()
+        if any(a.id.seq >= b.id.seq for a, b in pairwise(messages)):
             return messages, ()
         kept = tuple(m for m in messages if m.id.seq <= top)
         if fenced.decided is not None:
@@ -449,12 +452,12 @@ class _Fence(_Repair):
         once the round passed its checks: ``held`` waits for the decision, and
         what lies above a decision is given up but was seen here, so what names
         it waits for its past instead (``skipped_past``, burst seed 801420).
-        Only a round of increasing ids is noted: an out-of-order one above a
-        decision is dropped unchecked, and must change nothing."""
+        ``whole`` is a round of one stream in increasing order (the caller's
+        checks refuse any other before this runs)."""
         if held:
             self._fence_hold(state, held)
         given_up = whole[len(kept) + len(held) :]
-        if given_up and all(a.id.seq < b.id.seq for a, b in pairwise(whole)):
+        if given_up:
             for m in given_up:
                 self._note_past(state, m)
 
