@@ -96,27 +96,22 @@ def cases(quick: bool) -> list[Case]:
 # ------------------------------------------------------------------ one case
 
 
-def workload(case: Case, seed: int) -> tuple[list[int], list[tuple[float, int]]]:
-    """The subscribers and the ``(time, node)`` publications of ``case``."""
+def workload(
+    case: Case, seed: int, window: float = PUB_WINDOW
+) -> tuple[list[int], list[tuple[float, int]]]:
+    """The subscribers and the ``(time, node)`` publications of ``case``, at
+    uniform times in ``[0, window]``."""
     rng = random.Random(f"sim_speed/{case.key}/{seed}")
     count = max(1, round(case.nodes * case.subscribed))
     subs = sorted([0, *rng.sample(range(1, case.nodes), count - 1)])
     pubs = subs if case.publishers is None else subs[: case.publishers]
-    times = [rng.uniform(0.0, PUB_WINDOW) for _ in pubs]
+    times = [rng.uniform(0.0, window) for _ in pubs]
     return subs, sorted(zip(times, pubs, strict=True))
 
 
-def _peak_rss_mb() -> float:
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return kib / 1024 if sys.platform != "darwin" else kib / (1024 * 1024)
-
-
-def _run_once(case: Case, seed: int) -> dict[str, Any]:
-    subs, pubs = workload(case, seed)
-    gc.collect()
-    load = os.getloadavg()[0]
-    cpu_started = time.process_time()
-    started = time.perf_counter()
+def build_sim(case: Case, seed: int, window: float = PUB_WINDOW) -> Simulation:
+    """The simulation of ``case`` with its workload scheduled, not yet run."""
+    subs, pubs = workload(case, seed, window)
     sim = Simulation(
         list(range(case.nodes)),
         protocol="vcube-ps",
@@ -131,6 +126,21 @@ def _run_once(case: Case, seed: int) -> dict[str, Any]:
             sim.schedule(0.0, "SUB", node, TOPIC)
     for t, node in pubs:
         sim.schedule(t, "PUB", node, TOPIC, PAYLOAD)
+    return sim
+
+
+def _peak_rss_mb() -> float:
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return kib / 1024 if sys.platform != "darwin" else kib / (1024 * 1024)
+
+
+def _run_once(case: Case, seed: int) -> dict[str, Any]:
+    subs, pubs = workload(case, seed)
+    gc.collect()
+    load = os.getloadavg()[0]
+    cpu_started = time.process_time()
+    started = time.perf_counter()
+    sim = build_sim(case, seed)
     built = time.perf_counter()
     events = 0
     while done := sim.run(max_events=200_000):
