@@ -200,6 +200,21 @@ def test_a_round_above_the_decision_notes_its_past_only_if_well_formed() -> None
     }
 
 
+def test_a_publication_awaiting_two_decisions_is_held_once() -> None:
+    """What ``max_held`` bounds counts each publication kept once: one that
+    waits for decisions on two crashed streams sits in two of the fence's
+    dicts, and counted twice it would refuse an honest round early."""
+    node = member()
+    node.crashed(2, 0, 0.0)
+    state = node._topics["t"]
+    msg = PubMessage(MsgId(0, 0, 1), b"x", (MsgId(SOURCE, 0, 1), MsgId(2, 0, 1)))
+    other = PubMessage(MsgId(0, 0, 2), b"y", (msg.id, MsgId(2, 0, 1)))
+    state.awaiting = {SOURCE: {msg.id: msg}, 2: {msg.id: msg, other.id: other}}
+    assert node.held_back("t") == 2
+    state.awaiting = {2: {msg.id: msg, other.id: other}}
+    assert node.held_back("t") == 2
+
+
 def test_a_decision_carries_the_publications_up_to_it() -> None:
     node = member()
     msg = PubMessage(MsgId(SOURCE, 0, 1), b"kept")

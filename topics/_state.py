@@ -411,13 +411,20 @@ class _Topic:
     def kept(self) -> int:
         """Publications received here and neither delivered nor skipped yet:
         the buffer, what came before the confirmation, and what waits for a
-        fence decision or for marks (``topics._fence``; one waiting for two
-        decisions counts twice).  What ``max_held`` bounds."""
+        fence decision or for marks (``topics._fence``), each once: one waiting
+        for decisions on two streams sits in two of ``awaiting``'s dicts (and
+        in no other of these).  What ``max_held`` bounds."""
         count = len(self.buffer) + len(self.early)
         if self.marked:
             count += len(self.marked)
         if self.awaiting:
-            count += sum(map(len, self.awaiting.values()))
+            waiting = self.awaiting.values()
+            if len(self.awaiting) == 1:
+                count += sum(map(len, waiting))
+            else:
+                ids: set[MsgId] = set()
+                ids.update(*waiting)
+                count += len(ids)
         return count
 
     def subscribers(self) -> tuple[int, ...]:
