@@ -456,10 +456,8 @@ class _Fence(_Repair):
         checks refuse any other before this runs)."""
         if held:
             self._fence_hold(state, held)
-        given_up = whole[len(kept) + len(held) :]
-        if given_up:
-            for m in given_up:
-                self._note_past(state, m)
+        for m in whole[len(kept) + len(held) :]:
+            self._note_past(state, m)
 
     @staticmethod
     def _fence_hold(state: _Topic, held: tuple[PubMessage, ...]) -> None:
