@@ -22,9 +22,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.sim_speed import PAYLOAD, TOPIC, Case, workload
+from bench.sim_speed import Case, build_sim, workload
 from causal import CausalBuffer
-from p2p.sim import DelayModel, Simulation
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "barrier_sizes.json"
 
@@ -32,7 +31,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "barrier_sizes.json"
 def measure(nodes: int, seed: int) -> dict[str, Any]:
     """Run the workload at ``nodes`` and count ``CausalBuffer.add``'s entries."""
     case = Case("a" if nodes == 64 else "b", "barrier sizes", nodes, 1.0, None, True)
-    subs, pubs = workload(case, seed)
+    drawn = workload(case, seed)
     counts = [0, 0, 0]  # calls, entries, largest
     original = CausalBuffer.add
 
@@ -47,10 +46,7 @@ def measure(nodes: int, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     CausalBuffer.add = counting  # type: ignore[method-assign]
     try:
-        sim = Simulation(list(range(nodes)), delays=DelayModel(), seed=seed, record_trace=False)
-        sim.preset_subscriptions(TOPIC, subs)
-        for t, node in pubs:
-            sim.schedule(t, "PUB", node, TOPIC, PAYLOAD)
+        sim = build_sim(case, seed, drawn)
         sim.run()
     finally:
         CausalBuffer.add = original  # type: ignore[method-assign]

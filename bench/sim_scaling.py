@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.sim_speed import PUB_WINDOW, Case, _machine, build_sim, cases
+from bench.sim_speed import PUB_WINDOW, Case, _machine, build_sim, cases, workload
 from p2p.sim import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def _timed_rate(nodes: int, seed: int) -> dict[str, Any]:
     """One ``rate`` run: case ``a`` at ``nodes`` nodes, the window scaled with N."""
     case = dataclasses.replace(_baseline(), nodes=nodes, repeat=1)
     window = PUB_WINDOW * nodes / BASE_NODES
-    sim = build_sim(case, seed, window)
+    sim = build_sim(case, seed, workload(case, seed, window))
     gc.collect()
     started = time.perf_counter()
     while sim.run(max_events=200_000):
@@ -100,7 +100,8 @@ def _step_all(sims: list[Simulation], interleaved: bool) -> float:
 
 
 def _timed_interleave(runs: int, interleaved: bool) -> dict[str, Any]:
-    sims = [build_sim(_baseline(), seed) for seed in range(runs)]
+    case = _baseline()
+    sims = [build_sim(case, seed, workload(case, seed)) for seed in range(runs)]
     wall = _step_all(sims, interleaved)
     packets = sum(_packets(s) for s in sims)
     return {"order": "interleaved" if interleaved else "sequential", "runs": runs,

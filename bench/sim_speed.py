@@ -96,9 +96,7 @@ def cases(quick: bool) -> list[Case]:
 # ------------------------------------------------------------------ one case
 
 
-def workload(
-    case: Case, seed: int, window: float = PUB_WINDOW
-) -> tuple[list[int], list[tuple[float, int]]]:
+def workload(case: Case, seed: int, window: float = PUB_WINDOW) -> Workload:
     """The subscribers and the ``(time, node)`` publications of ``case``, at
     uniform times in ``[0, window]``."""
     rng = random.Random(f"sim_speed/{case.key}/{seed}")
@@ -109,9 +107,13 @@ def workload(
     return subs, sorted(zip(times, pubs, strict=True))
 
 
-def build_sim(case: Case, seed: int, window: float = PUB_WINDOW) -> Simulation:
-    """The simulation of ``case`` with its workload scheduled, not yet run."""
-    subs, pubs = workload(case, seed, window)
+Workload = tuple[list[int], list[tuple[float, int]]]
+"""The subscribers and the ``(time, node)`` publications (:func:`workload`)."""
+
+
+def build_sim(case: Case, seed: int, load: Workload) -> Simulation:
+    """The simulation of ``case`` with ``load`` scheduled, not yet run."""
+    subs, pubs = load
     sim = Simulation(
         list(range(case.nodes)),
         protocol="vcube-ps",
@@ -135,12 +137,12 @@ def _peak_rss_mb() -> float:
 
 
 def _run_once(case: Case, seed: int) -> dict[str, Any]:
-    subs, pubs = workload(case, seed)
+    subs, pubs = drawn = workload(case, seed)
     gc.collect()
     load = os.getloadavg()[0]
     cpu_started = time.process_time()
     started = time.perf_counter()
-    sim = build_sim(case, seed)
+    sim = build_sim(case, seed, drawn)
     built = time.perf_counter()
     events = 0
     while done := sim.run(max_events=200_000):
