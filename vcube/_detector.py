@@ -206,6 +206,16 @@ class DetectorConfig:
     """Adaptive timeouts (:mod:`vcube._timing`): a probe's timeout follows the
     measured round trips and the local health score, between ``timeout`` and
     this.  ``None`` (or ``timeout``): every probe gets exactly ``timeout``."""
+    revive: int = 0
+    """Rounds between probes of a suspected node, for :attr:`revive_rounds`
+    rounds after the suspicion (0: never).  A node cut off by a partition is
+    suspected by every node of the other side and, once suspected, is never
+    probed again; after the heal no message would cross, and both sides would
+    stay apart for good.  A revival probe that is answered corrects the
+    suspicion and shows each side the other's accusation, so both come back
+    as new incarnations and merge (serf's reconnect of failed members)."""
+    revive_rounds: int = 600
+    """How long, in rounds, a suspected node is still probed (``revive``)."""
 
     def __post_init__(self) -> None:
         adaptive = () if self.max_timeout is None else ("max_timeout",)
@@ -215,6 +225,10 @@ class DetectorConfig:
                 raise DetectorError(f"{name} must be a number, got {value!r}")
             if not math.isfinite(value) or value <= 0:
                 raise DetectorError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("revive", "revive_rounds"):
+            value = getattr(self, name)
+            if not _is_uint(value):
+                raise DetectorError(f"{name} must be an integer >= 0, got {value!r}")
         for name in ("max_entries", "attempts"):
             value = getattr(self, name)
             if not _is_uint(value) or value < 1:
@@ -370,7 +384,10 @@ class DetectorStats:
     traffic answered it or a probe was needed); ``probes`` the checks that sent
     a :class:`Probe`; ``timeouts`` the suspicions this node raised itself;
     ``pushes`` the :class:`Push` messages sent (its own and forwarded ones;
-    their entries count in ``entries_sent``).
+    their entries count in ``entries_sent``); ``revivals`` the probes sent
+    to suspected nodes (:attr:`DetectorConfig.revive`, counted in ``probes`` too);
+    ``doubts`` the accusations held back because the accused was heard from
+    within a timeout (:meth:`Detector._doubt`).
     """
 
     rounds: int
@@ -381,9 +398,13 @@ class DetectorStats:
     entries_received: int
     timeouts: int
     pushes: int
+    revivals: int
+    doubts: int
 
 
-_ROUNDS, _CHECKS, _PROBES, _REPLIES, _SENT, _RECEIVED, _TIMEOUTS, _PUSHES = range(8)
+_ROUNDS, _CHECKS, _PROBES, _REPLIES, _SENT, _RECEIVED, _TIMEOUTS, _PUSHES, _REVIVALS, _DOUBTS = (
+    range(10)
+)
 """Indices of the counters behind :class:`DetectorStats`, in its field order."""
 
 # -------------------------------------------------------------- wire format --
@@ -538,6 +559,7 @@ class Detector:
     __slots__ = (
         "_cfg",
         "_correct",
+        "_doubted",
         "_entries",
         "_epoch",
         "_heard",
@@ -554,6 +576,7 @@ class Detector:
         "_round",
         "_stamp",
         "_stats",
+        "_suspected_in",
         "_sync",
         "_timeouts",
         "_version",
@@ -585,8 +608,12 @@ class Detector:
         self._view: _View | None = None
         self._pulls: tuple[int, ...] | None = None
         self._previous: frozenset[int] = frozenset()
-        self._stats = [0] * (_PUSHES + 1)
+        self._stats = [0] * (_DOUBTS + 1)
         self._news: list[int] = []
+        self._doubted: dict[int, tuple[int, int]] = {}
+        """Accusations of nodes heard from too recently to believe them (:meth:`_doubt`)."""
+        self._suspected_in: dict[int, int] = {}
+        """Per suspected node, the round its suspicion began (revival probes)."""
         cfg = self._cfg
         self._timeouts = ProbeTimeouts(cfg.timeout, cfg.max_timeout or cfg.timeout)
 
@@ -728,6 +755,8 @@ class Detector:
         for node in view.monitored:
             if self._needs_probe(node, view):
                 out.append(self._probe(node, now))
+        if self._suspected_in and self._cfg.revive:
+            self._revive(now, out)
         self._stats[_ROUNDS] += 1
         self._stats[_CHECKS] += len(view.monitored)
         self._heard.clear()
@@ -735,6 +764,20 @@ class Detector:
         self._last_tick = now
         self._push_news(out)
         return out
+
+    def _revive(self, now: float, out: list[DetectorOutput]) -> None:
+        """Probe every ``revive`` rounds each node suspected within the last
+        ``revive_rounds`` rounds (:attr:`DetectorConfig.revive`).  Such a probe
+        never makes a suspicion (its expiry finds the node suspected already);
+        an answer is a sign of life like any other."""
+        cfg, rnd = self._cfg, self._round
+        for node, since in list(self._suspected_in.items()):
+            age = rnd - since
+            if age > cfg.revive_rounds:
+                del self._suspected_in[node]
+            elif age and age % cfg.revive == 0 and node not in self._pending:
+                out.append(self._probe(node, now))
+                self._stats[_REVIVALS] += 1
 
     def deadline(self) -> float | None:
         """When the oldest unanswered probe expires (``None``: no probe pending).
@@ -836,7 +879,7 @@ class Detector:
         if isinstance(msg, Probe):
             out.append(SendDetector(sender, self._answer(msg)))
         elif isinstance(msg, Push):
-            self._forward(sender, msg, out)
+            self._forward(sender, msg, now, out)
         else:
             self._take(sender, msg, now, out)
         self._push_news(out)
@@ -930,8 +973,11 @@ class Detector:
         would be suspected at once, this node is the likelier culprit (its
         answers unread behind a busy loop), so it raises its health score and
         probes each of them once more before suspecting it (never twice, so a
-        crash is still suspected, one timeout later)."""
+        crash is still suspected, one timeout later).  Held accusations are
+        settled first (:meth:`_settle_doubts`)."""
         out: list[DetectorOutput] = []
+        if self._doubted:
+            self._settle_doubts(now, out)
         due: list[tuple[int, _Pending]] = []
         for node, p in list(self._pending.items()):
             if now - p.sent < p.timeout - _EPS:
@@ -1022,9 +1068,9 @@ class Detector:
                 self._sync[sender] = (reply.incarnation, reply.version)
         self._stats[_RECEIVED] += len(reply.entries)
         for e in reply.entries:
-            self._merge(e, out)
+            self._merge(e, now, out)
 
-    def _forward(self, sender: int, push: Push, out: list[DetectorOutput]) -> None:
+    def _forward(self, sender: int, push: Push, now: float, out: list[DetectorOutput]) -> None:
         """Merge a push, then pass it on to our first correct node of every
         cluster below ``CLUSTER(me, sender)`` (the VCube broadcast: those
         clusters split the cluster of ``sender`` holding us, so the tree rooted
@@ -1032,7 +1078,7 @@ class Detector:
         is our entry for each node, newer than or equal to the one received."""
         self._stats[_RECEIVED] += len(push.entries)
         for e in push.entries:
-            self._merge(e, out)
+            self._merge(e, now, out)
         if not self._cfg.push:
             return
         entries = self._entries
@@ -1066,17 +1112,60 @@ class Detector:
                 self._stats[_PUSHES] += 1
                 self._stats[_SENT] += len(entries)
 
-    def _merge(self, e: Entry, out: list[DetectorOutput]) -> None:
-        """Adopt ``e`` if it is about a known node and newer than ours."""
+    def _merge(self, e: Entry, now: float, out: list[DetectorOutput]) -> None:
+        """Adopt ``e`` if it is about a known node and newer than ours, unless it
+        accuses a node this one heard from too recently to believe it (:meth:`_doubt`)."""
         if e.node == self._me:
             self._about_me(e, out)
             return
         known = self._entries.get(e.node)
         if known is not None:
-            if (e.incarnation, e.counter) > known:
-                self._set(e.node, (e.incarnation, e.counter), out)
+            new = (e.incarnation, e.counter)
+            if new <= known:
+                return
+            if new[0] == known[0] and new[1] & 1 and not known[1] & 1 and self._fresh(e.node, now):
+                self._doubt(e, now, out)
+            else:
+                self._set(e.node, new, out)
         elif e.counter & 1:
             self._note_reported(e, out)
+
+    def _fresh(self, node: int, now: float) -> bool:
+        """Whether ``node`` was heard from within the last ``timeout``: no prober
+        can have waited a whole timeout for an answer it did not get since."""
+        return now - self._heard_at.get(node, -math.inf) < self._cfg.timeout
+
+    def _doubt(self, e: Entry, now: float, out: list[DetectorOutput]) -> None:
+        """Another node accuses ``e.node``, which this node heard from within a
+        timeout (a partition that heals shows each side the other's
+        accusations, including of members this side heard all along).  The
+        accusation is not adopted (this core keeps the member) but held:
+        the accused is told it, so it refutes as a new incarnation; this node
+        probes it for first-hand evidence; and the accusation is adopted after
+        all once a timeout passes without a word from it (:meth:`_settle_doubts`),
+        so a crash is still learnt, at most one timeout late."""
+        node, accusation = e.node, (e.incarnation, e.counter)
+        held = self._doubted.get(node)
+        if held is not None and accusation <= held:
+            return
+        self._doubted[node] = accusation
+        self._stats[_DOUBTS] += 1
+        tell = Push(incarnation=self.incarnation, version=self._version, entries=(e,))
+        out.append(SendDetector(node, tell))
+        if node not in self._pending:
+            out.append(self._probe(node, now))
+
+    def _settle_doubts(self, now: float, out: list[DetectorOutput]) -> None:
+        """Drop the held accusations that the accused answered (a newer entry:
+        it refuted, restarted, or this node suspected it itself); adopt those
+        whose node stayed silent for a timeout."""
+        for node, accusation in list(self._doubted.items()):
+            known = self._entries.get(node)
+            if known is None or known[0] != accusation[0] or known[1] >= accusation[1]:
+                del self._doubted[node]
+            elif not self._fresh(node, now):
+                del self._doubted[node]
+                self._set(node, accusation, out)
 
     def _note_reported(self, e: Entry, out: list[DetectorOutput]) -> None:
         """Keep the suspected entry ``e`` of a node this detector does not know,
@@ -1127,8 +1216,10 @@ class Detector:
         if new[1] & 1 != old[1] & 1:
             if new[1] & 1:
                 del self._correct[bisect_left(self._correct, node)]
+                self._suspected_in[node] = self._round
             else:
                 insort(self._correct, node)
+                self._suspected_in.pop(node, None)
         if new[1] & 1 != old[1] & 1 or new[0] != old[0]:
             self._invalidate_view()
         if new[0] != old[0]:

@@ -334,7 +334,10 @@ class NodeMachine:
             return self.left(sender, msg.incarnation, "left", now)
         if self.detector is None or not isinstance(msg, Probe | Reply | Push):
             return []
-        return self._on_detector(self.detector.receive(sender, msg, now), now)
+        # The frames heard so far first: whether an accusation is believed
+        # depends on when its target was last heard from (Detector._doubt).
+        out = self._flush(now)
+        return out + self._on_detector(self.detector.receive(sender, msg, now), now)
 
     def left(self, node: int, inc: int, reason: str, now: float) -> Out:
         """``node``'s incarnation ``inc`` leaves (its LEAVE): forgotten, not suspected."""

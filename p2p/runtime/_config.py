@@ -88,6 +88,10 @@ class NodeConfig:
     times ``detector_timeout``, following measured round trips and evidence
     of false suspicions (Lifeguard's local health; ``vcube._timing``).  1
     keeps every timeout fixed."""
+    detector_revive: int = 2
+    """Rounds between probes of a suspected member, for ten minutes after its
+    suspicion (0: never).  After a partition heals, nothing else makes the two
+    sides talk again: this is how they merge back (``DetectorConfig.revive``)."""
 
     def __post_init__(self) -> None:
         if self.overflow not in ("drop", "backpressure"):
@@ -137,6 +141,7 @@ class NodeConfig:
                 self.detector_timeout,
                 self.detector_attempts,
                 self.detector_stretch,
+                self.detector_revive,
             )
         except DetectorError as exc:
             raise NodeError(f"detector settings: {exc}") from None

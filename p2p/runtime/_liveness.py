@@ -22,6 +22,7 @@ in each round id and publication id on the wire.
 
 from __future__ import annotations
 
+import math
 import time
 
 import cbor2
@@ -63,11 +64,18 @@ def record_incarnation(record: bytes, issued_at: int) -> int:
     return fallback
 
 
+REVIVE_FOR = 600.0
+"""Seconds after a suspicion during which the suspected member is still probed
+now and then (``NodeConfig.detector_revive``): a partition that heals within
+this time merges back by itself."""
+
+
 def detector_config(
-    interval: float, timeout: float | None, attempts: int, stretch: float = 1.0
+    interval: float, timeout: float | None, attempts: int, stretch: float = 1.0, revive: int = 0
 ) -> DetectorConfig:
     """The detector settings of ``NodeConfig`` (``timeout=None``: the interval;
-    ``stretch``: how many times the timeout a loaded host may give a probe).
+    ``stretch``: how many times the timeout a loaded host may give a probe;
+    ``revive``: rounds between probes of a suspected member, 0 for none).
 
     The runtime expires probes at their deadline, so the timeout is what a
     peer gets to answer each attempt.  One interval is what it got when probes
@@ -77,7 +85,12 @@ def detector_config(
     """
     base = interval if timeout is None else timeout
     return DetectorConfig(
-        interval=interval, timeout=base, attempts=attempts, max_timeout=base * stretch
+        interval=interval,
+        timeout=base,
+        attempts=attempts,
+        max_timeout=base * stretch,
+        revive=revive,
+        revive_rounds=max(1, math.ceil(REVIVE_FOR / interval)),
     )
 
 

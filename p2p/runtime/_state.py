@@ -81,6 +81,7 @@ class _NodeState:
                 config.detector_timeout,
                 config.detector_attempts,
                 config.detector_stretch,
+                config.detector_revive,
             )
 
         def verify(record: bytes) -> tuple[Peer, int]:
