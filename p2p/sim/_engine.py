@@ -61,6 +61,7 @@ from topics._state import preset_view
 from vcube import DetectorConfig, Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN", "PARTITION", "HEAL")
 MEMBERSHIP = ("detector", "oracle")
 """``detector``: NodeMachine and the real failure detector; ``oracle``: bare cores
 told of failures by an oracle (the thesis' model)."""
@@ -75,9 +76,12 @@ _PacketItem = tuple[int, int, Frame, int, int]
 _Deferred = tuple[int, int, str, tuple[Any, ...]]
 """``(node, incarnation, "arrive" | "act" | "notify" | "machine", arguments)``."""
 
-DETECTOR = DetectorConfig(interval=1000.0, timeout=1000.0, attempts=2, max_timeout=8000.0)
+DETECTOR = DetectorConfig(
+    interval=1000.0, timeout=1000.0, attempts=2, max_timeout=8000.0, revive=2, revive_rounds=600
+)
 """The runtime's default detector (``NodeConfig``: 1 s rounds, 1 s timeout, 2
-attempts, stretch 8) in u.t. read as milliseconds (propagation 100 u.t.)."""
+attempts, stretch 8, a suspected member probed every 2 rounds for 10 minutes)
+in u.t. read as milliseconds (propagation 100 u.t.)."""
 
 Listener = Callable[["Simulation", int, float, Event], None]
 
@@ -226,6 +230,13 @@ class Simulation:
         """The runtime's reliable links, from the first RESET scheduled on (``p2p.sim._links``)."""
         self.link_config = LinkConfig()
         """How those links re-dial (read when the first RESET is scheduled)."""
+        self.segment: dict[int, str] = {}
+        """Nodes moved off the unnamed network segment (PARTITION), by segment name."""
+        self._segments_pending = False
+        self._partitioned = False
+        """A PARTITION was scheduled: publications carry their publisher's view
+        in the trace, as with partial membership (a side's publisher cannot
+        send to a subscriber it has not heard of across the cut)."""
         self._twins: Twins | None = None
         """Ids started twice (``p2p.sim._twin``), from the first TWIN scheduled on."""
         self._members = _Membership(self) if detector is not None else None
@@ -251,6 +262,8 @@ class Simulation:
 
     _ACTION, _ARRIVE, _NOTIFY, _PROCESS = 0, 1, 2, 3
     _TIMER, _CONTROL, _HINT, _SEED, _SEEN = 4, 5, 6, 7, 8
+    _SEGMENTS = 20
+    """Network segments changed (PARTITION / HEAL) at this instant."""
     """Detector events (with ``detector``): a machine's timer, a control message
     arriving, a refused connection's hint reaching the sender, a seed to try
     again, a recovered node's new record seen on discovery."""
@@ -275,7 +288,7 @@ class Simulation:
         one scheduled mid-run (by a listener or a test stepping the run) for an
         instant the node's processed work already passed takes effect at the end
         of that work.  Returns the instant the action is scheduled for."""
-        if action not in ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN"):
+        if action not in ACTIONS:
             raise P2PError(f"unknown action {action!r}")
         if node not in self.nodes:
             raise P2PError(f"unknown node {node}")
@@ -294,15 +307,20 @@ class Simulation:
             raise P2PError(f"{action} names unknown node {topic!r}")
         if action == "RESET" and other == node:
             raise P2PError(f"RESET of node {node}'s connection to itself")
-        if action == "RESET" and self._links is None:
+        if action in ("PARTITION", "HEAL") and self._members is None:
+            raise P2PError(f"{action} needs the failure detector (--membership detector)")
+        if action == "PARTITION":
+            self._partitioned = True
+        if action in ("RESET", "PARTITION") and self._links is None:
             self._links = Links(self, self.link_config)
         if action == "TWIN" and self._twins is None:
             self._twins = Twins(self)
         if self._links is not None and self._twins is not None:
-            raise P2PError("RESET and TWIN in one run are not modelled yet")
+            raise P2PError("RESET or PARTITION and TWIN in one run are not modelled yet")
         at = max(time, self.now)
         if self._members is not None:
             self._members.halted = False
+            self._members.quiet_from_now()
         if action == "CRASH":
             # Scheduled mid-run, a crash cannot undo results already stamped
             # later than ``time``: it happens right after them.
@@ -399,12 +417,16 @@ class Simulation:
             elif action == "TWIN":
                 assert self._twins is not None
                 self._twins.start(node)
+            elif action in ("PARTITION", "HEAL"):
+                self._move(node, topic if action == "PARTITION" else "")
             else:
                 self._act(action, node, topic, payload)
         elif kind == self._NOTIFY:
             self._notify(*cast(tuple[int, int, int, bool], item))
         elif kind == self._PROCESS:
             self._run_deferred(cast(_Deferred, item))
+        elif kind == self._SEGMENTS:
+            self._segments_changed()
         elif kind >= Twins.TIMER:
             assert self._twins is not None
             self._twins.dispatch(kind, item)
@@ -456,6 +478,28 @@ class Simulation:
             if self._twins is not None and sender_life >= 0:  # not from an older process
                 self._twins.seen_newer(dest, sender, max(self.now, self.clocks[dest].cpu_free))
             self._arrive(sender, dest, packet)
+
+    def severed(self, a: int, b: int) -> bool:
+        """Whether ``a`` and ``b`` sit on different network segments now (PARTITION)."""
+        segment = self.segment
+        return bool(segment) and segment.get(a, "") != segment.get(b, "")
+
+    def _move(self, node: int, side: str) -> None:
+        """PARTITION / HEAL: ``node`` is on segment ``side`` from now on.  The
+        links are looked at once every move of this instant is made (an event
+        queued behind them), so nodes that move together keep their connections."""
+        if side:
+            self.segment[node] = side
+        else:
+            self.segment.pop(node, None)
+        if not self._segments_pending:
+            self._segments_pending = True
+            self._push(self.now, self._SEGMENTS, None)
+
+    def _segments_changed(self) -> None:
+        self._segments_pending = False
+        assert self._links is not None
+        self._links.segments_changed()
 
     def _same_process(self, node: int, life: int) -> bool:
         """Whether ``life`` is an older incarnation of ``node``'s running process
@@ -750,7 +794,7 @@ class Simulation:
         """With partial membership (``introductions``): the subscribers ``node``
         knows of on ``topic`` as their current incarnation (an entry of an
         older life owes the new one nothing), for the trace's publication."""
-        if self.introductions is None:
+        if self.introductions is None and not self._partitioned:
             return None
         entries = cast(VCubePS, self.nodes[node]).subscriber_incarnations(topic)
         life = self.incarnation

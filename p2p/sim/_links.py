@@ -250,6 +250,20 @@ class Links:
         if src not in sim.down:
             self._dial(lk, src, dst, sim.now + wait)
 
+    def segments_changed(self) -> None:
+        """PARTITION / HEAL: connections that now cross segments break (what was
+        on them is lost, their senders re-dial and fail until the heal); a link
+        left with unconfirmed frames and no connection dials again, as the
+        runtime's links retry while their peer is a member."""
+        sim = self.sim
+        for (src, dst), lk in list(self.out.items()):
+            if lk.conn and sim.severed(src, dst):
+                self._break(lk, src, dst)
+            elif not lk.conn and not lk.dialling and src not in sim.down:
+                self._settle(lk)
+                if len(lk.log):
+                    self._dial(lk, src, dst, sim.now)
+
     def dispatch(self, kind: int, item: object) -> None:
         if kind == self.ARRIVE:
             self._arrive(cast(_Tracked, item))
@@ -267,7 +281,7 @@ class Links:
         sim = self.sim
         if src in sim.down:
             return
-        if dst in sim.down:
+        if dst in sim.down or sim.severed(src, dst):
             self.counts["dial_failures"] += 1
             if sim._members is not None:
                 sim._members.refused(src, dst, sim.incarnation[dst])

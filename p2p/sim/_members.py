@@ -224,6 +224,9 @@ class _Membership:
             src, dest, msg, life = cast(tuple[int, int, Any, int], item)
             if sim._twins is not None and sim._twins.catch(src, dest, life, (msg,)):
                 pass  # to the older process of an id started twice: it runs
+            elif sim.severed(src, dest):  # lost on the way: no reset comes back
+                self.counts["control_lost"] += 1
+                self._retry_seed(src, dest, msg)
             elif dest in sim.down or (
                 life != sim.incarnation[dest] and not sim._same_process(dest, life)
             ):
@@ -236,7 +239,9 @@ class _Membership:
                 self._input(dest, sim._CONTROL, (src, msg))
         elif kind == sim._SEEN:
             node, life, about, inc = cast(tuple[int, int, int, int], item)
-            if node not in sim.down and life == sim.incarnation[node]:
+            if sim.severed(node, about):
+                pass  # the announcement does not cross a partition
+            elif node not in sim.down and life == sim.incarnation[node]:
                 self._carry_out(node, sim.now, sim.machines[node].learn(about, inc, sim.now))
                 self._arm(node)
             elif sim._twins is not None:  # an older process of an id started twice hears it
@@ -397,7 +402,7 @@ class _Membership:
         verdict ends (a child it never knew, reported dead by a member's
         detector): halting at agreement alone left it waiting."""
         sim = self.sim
-        if len(sim._heap) != self.events:
+        if len(sim._heap) != self.events or sim.segment:  # a partition in force is no end
             self._quiet_since = None
             return
         now = sim.now
@@ -414,6 +419,10 @@ class _Membership:
             return
         self.halted = True
         raise _Halt
+
+    def quiet_from_now(self) -> None:
+        """Something was scheduled: the quiet that may end the run starts again."""
+        self._quiet_since = None
 
     def _idle(self) -> bool:
         """Every core of a node that is up has nothing in flight or queued."""

@@ -13,6 +13,11 @@ and sends again what the other has not confirmed (the runtime's reliable
 links, ``p2p.sim._links``).  ``time;TWIN;node`` starts a second process with
 ``node``'s id while the first still runs (a copied node directory): the
 newer start keeps the id and the older process stops (``p2p.sim._twin``).
+``time;PARTITION;node;side`` moves ``node`` to the network segment named
+``side`` (every node starts on the unnamed one): nothing crosses between
+segments, connections across break and dials across fail, as when a switch
+splits in two; ``time;HEAL;node`` puts it back on the unnamed segment
+(``*`` for every node).  Side changes at one instant apply together.
 """
 
 from __future__ import annotations
@@ -24,10 +29,10 @@ from pathlib import Path
 
 from p2p._errors import ScenarioError
 
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN", "PARTITION", "HEAL")
 PEERED = ("HINT", "RESET")
 """Actions whose fourth field is another node's index, not a topic."""
-FAILURES = ("CRASH", "RECOVER", "TWIN")
+FAILURES = ("CRASH", "RECOVER", "TWIN", "HEAL")
 """Actions on a node alone: ``time;ACTION;node``, no topic."""
 MAX_LINE = 64 * 1024
 
@@ -120,10 +125,12 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     fields = [f.strip() for f in text.split(";")]
     if len(fields) == 3 and fields[1].upper() in FAILURES:
         fields.append("")
+    if len(fields) == 3 and fields[1].upper() == "PARTITION":
+        raise ScenarioError(f"line {lineno}: PARTITION needs the segment's name")
     if len(fields) not in (4, 5):
         raise ScenarioError(
             f"line {lineno}: expected time;ACTION;node;topic[;payload] "
-            f"or time;CRASH|RECOVER|TWIN;node, got {len(fields)} fields"
+            f"or time;CRASH|RECOVER|TWIN|HEAL;node, got {len(fields)} fields"
         )
     t_raw, action, node_raw, topic = fields[:4]
     try:
@@ -140,7 +147,11 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     if action in FAILURES and topic:
         raise ScenarioError(f"line {lineno}: {action} takes no topic")
     if not topic and action not in FAILURES:
-        what = {"HINT": "the node it hints about", "RESET": "the other end"}.get(action, "a topic")
+        what = {
+            "HINT": "the node it hints about",
+            "RESET": "the other end",
+            "PARTITION": "the segment's name",
+        }.get(action, "a topic")
         raise ScenarioError(f"line {lineno}: {action} needs {what}")
     if action in PEERED:
         topic = str(_index(topic, lineno, nodes))
