@@ -188,3 +188,38 @@ def test_frames_written_eagerly_in_short_writes_arrive_whole_and_in_order(
 
     trio.run(main)
     assert min(calls.values()) >= 5, calls  # each case came up
+
+
+class _Owner:
+    """The few things a link reads of its node, for a link without a network."""
+
+    def __init__(self, incs: dict[int, int]) -> None:
+        from p2p.runtime import NodeConfig
+
+        self.config = NodeConfig()
+        self.stats: dict[str, int] = {"lost_on_disconnect": 0}
+        self._incs = incs
+
+
+def test_a_redial_keeps_the_frames_of_the_life_the_node_knows() -> None:
+    """A peer that came back as a new incarnation in the same process keeps its
+    address and its old record; the node learns the new life from the
+    detector.  The link's next connection must carry the frames logged for
+    that life, not forget them for the record's older one (a healed
+    partition: a repaired SUB round's packet was forgotten this way, the
+    round waited for good and the fleet went deaf)."""
+    from p2p._membership import Peer
+    from p2p.runtime._link import _Link
+
+    old, new = 1_000, 2_000
+    stale = Peer(5, "10.0.0.5", 7000, b"not a record", issued_at=0)  # falls back to 0 < old
+    owner = _Owner({5: new})
+    link = _Link(owner, 5)  # type: ignore[arg-type]
+    link.log.reconnected(old)
+    link.log.sent(b"to the old life", 1)
+    link._to_life(new)  # the node learnt the new life: the old life's frame is lost
+    assert owner.stats["lost_on_disconnect"] == 1
+    link.log.sent(b"a repaired SUB for the new life", 1)
+    link._to_life(link._life_of(stale))  # the next connection, dialled from the old record
+    assert [body for body, _ in link.log.unconfirmed()] == [b"a repaired SUB for the new life"]
+    assert owner.stats["lost_on_disconnect"] == 1

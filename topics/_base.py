@@ -121,6 +121,15 @@ class _CoreBase:
             not t.queue and t.in_flight is None for t in self._topics.values()
         )
 
+    def believed_dead(self, node: int) -> bool:
+        """Whether this core takes ``node`` for crashed, with no sign of a newer
+        incarnation (a membership record in an ACK wave is one).  A driver
+        may drop a packet to such a node (this core repairs around it), and
+        must deliver any other: the core can learn a newer life of a member
+        before the node's membership does, and a packet to that life dropped
+        as "to a crashed node" is repaired by nobody."""
+        return self._known_dead(node)
+
     def _known_dead(self, node: int) -> bool:
         """Crashed, with no sign of a newer incarnation (so a packet to it is lost)."""
         return self._is_dead(node, self._life.get(node, 0))

@@ -180,7 +180,7 @@ class _Driver(_NodeState):
     def _send(self, o: Send) -> None:
         packets = list(o.packet.packets) if isinstance(o.packet, Bundle) else [o.packet]
         dest = o.dest
-        if dest not in self._alive and dest in self._dead:  # the core repairs around it
+        if dest not in self._alive and self.core.believed_dead(dest):  # it repairs around it
             self.stats["sent_to_crashed"] += len(packets)
             return
         self._link(dest).put(packets)
@@ -437,6 +437,8 @@ class _Driver(_NodeState):
         self._acked.clear()
         if self.port:
             self.record = self._sign_record()
+            for link in self._links.values():  # the new life's record goes first
+                link.introduce(self.record)
         self._trace_event("recover", "", None, None)
         for topic in sorted(self.machine.topics):
             self._subscribed.setdefault(topic, trio.Event())

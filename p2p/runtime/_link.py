@@ -55,6 +55,7 @@ class _LinkOwner(Protocol):
     quiet: Quiet
     connections: int
     leaving: bool
+    _incs: dict[int, int]
     _room: trio.Event
     _eager: set[_Link]
 
@@ -129,6 +130,16 @@ class _Link:
         self._to_life(life)
         return self.dialled
 
+    def _life_of(self, peer: Peer) -> int:
+        """The peer's life a new connection carries frames for: the newest one
+        known, from its record or from the membership (a peer that came back
+        as a new incarnation in the same process keeps its address and its
+        old record, and the node may learn the new life from the detector
+        first).  Taking the record's older life here forgot the frames
+        already logged for the new one, a repair of a SUB round among them,
+        and the round waited for good (a healed partition: the fleet deaf)."""
+        return max(incarnation_of(peer), self.node._incs.get(self.peer_id, 0))
+
     def _to_life(self, life: int) -> None:
         """Frames logged for another life of the peer are lost with it (counted)."""
         forgotten = self.log.reconnected(life)
@@ -139,6 +150,13 @@ class _Link:
     def core_packets(self) -> int:
         """Core packets queued (what the peer loses if the link is dropped now)."""
         return sum(1 for x in self.outbox if not isinstance(x, _NOT_CORE))
+
+    def introduce(self, record: bytes) -> None:
+        """Put this node's ``record`` ahead of everything queued: a peer learns a
+        new incarnation of this node before any packet of it (it reads a
+        frame's records before its packets)."""
+        self.outbox.appendleft(PeerExchange((record,)))
+        self.wake.set()
 
     def put_exchange(self, records: list[bytes], *, reply: bool) -> None:
         """Queue ``records`` for the peer, in chunks; only the last chunk asks for a reply."""
@@ -240,8 +258,8 @@ class _Link:
                 backoff = min(backoff * 2, self.node.config.max_backoff)
                 continue
             if self.node.record:  # introduce this node: the peer may not know its address
-                self.outbox.appendleft(PeerExchange((self.node.record,)))
-            self._to_life(incarnation_of(peer))
+                self.introduce(self.node.record)
+            self._to_life(self._life_of(peer))
             opened = trio.current_time()
             self.confirmed = False
             self.node.connections += 1

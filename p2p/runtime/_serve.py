@@ -224,6 +224,11 @@ class _Server(_Driver):
                         await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
                     continue
             body = decode_body(plain, self._limits)
+            if body.exchange is not None:
+                # Records first: a peer back as a new incarnation sends its new
+                # record ahead of its new life's packets, relayed ones
+                # included, and an answer to a life taken for dead is lost.
+                self._on_exchange(peer, body.exchange)
             if peer in dead and peer not in alive_set and body.packets:
                 self._restarted_by(peer, body.packets)
             alive = body.alive
@@ -246,8 +251,6 @@ class _Server(_Driver):
                 self._write_eager()
             if body.control:
                 self._on_control(peer, body.control)
-            if body.exchange is not None:
-                self._on_exchange(peer, body.exchange)
             if link and (not messages.ready or lseq % ACK_EVERY == 0):
                 await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
 
