@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -359,3 +360,35 @@ def test_under_an_aiohttp_server(tmp_path: Path, procs: list[subprocess.Popen[st
     assert _field(tmp_path / "web.log", "end") == {"end": True, "threads": ["MainThread"],
                                                    "sockets": 0}  # fmt: skip
     assert "Traceback" not in (tmp_path / "web.log").read_text()
+
+
+def _readme_python(fragment: str) -> str:
+    """The README's ```python block that contains ``fragment``."""
+    text = (HERE.parent / "README.md").read_text()
+    blocks: list[str] = re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+    (block,) = [b for b in blocks if fragment in b]
+    return block
+
+
+def test_the_readme_snippets_run(tmp_path: Path) -> None:
+    """The asyncio example (its node delivers its own message and stops) and the
+    provisioning example run as written."""
+    fleet.init_fleet(tmp_path / "fleet", psk=True)
+    fleet.add_node(tmp_path / "fleet", tmp_path / "alice")
+    out = subprocess.run(
+        [*PY, "-c", _readme_python("from p2p import aio")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    node_id = fleet.node_info(tmp_path / "alice").node_id
+    assert out.stdout == f"{node_id} b'hello'\n"
+    work = tmp_path / "prov"
+    work.mkdir()
+    out = subprocess.run(
+        [*PY, "-c", _readme_python("from p2p import fleet")],
+        cwd=work, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    sensor = fleet.node_info(work / "sensor-1")
+    assert out.stdout == f"{sensor.hex_id}\n"
+    assert fleet.revoked(work / "gateway") == {sensor.node_id}
