@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo sim-demo test test-fast test-compiled compiled pure lint bench bench-runtime reproduce clean
+.PHONY: demo sim-demo test test-fast test-compiled compiled pure lint bench bench-runtime reproduce clean \
+	device-budget
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +86,15 @@ bench-runtime: $(BENCH_STAMP)
 ## reproduce: rerun the thesis' §5.6 experiments (long; see docs/thesis-results.md)
 reproduce: $(STAMP)
 	$(BIN)/python -m bench.reproduce_thesis
+
+## device-budget: an idle node's RSS/threads/sockets and CPU per message at 100 and 1,000 msg/s,
+## pure and compiled builds (~2 min plus the compilation; writes tools/results/devices-*.json)
+device-budget: $(STAMP)
+	$(MAKE) --no-print-directory pure
+	$(BIN)/python -m tools.device_budget --out tools/results/devices-pure.json
+	$(MAKE) --no-print-directory compiled
+	$(BIN)/python -m tools.device_budget --out tools/results/devices-mypyc.json; \
+		status=$$?; $(MAKE) --no-print-directory pure; exit $$status
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
