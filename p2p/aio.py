@@ -299,7 +299,8 @@ class AioNode:
 
         async def start() -> TrioSubscription:
             sub = await node.subscribe(topic)
-            assert self._nursery is not None
+            if self._nursery is None:  # the node began closing meanwhile
+                raise NodeError("the node is closed")
             self._nursery.start_soon(self._pump, sub, feed)
             return sub
 
