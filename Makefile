@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo sim-demo test test-fast test-compiled compiled pure lint bench bench-runtime reproduce clean
+.PHONY: demo sim-demo test test-fast test-compiled compiled pure lint bench bench-runtime reproduce clean \
+	device-budget arm64-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +86,24 @@ bench-runtime: $(BENCH_STAMP)
 ## reproduce: rerun the thesis' §5.6 experiments (long; see docs/thesis-results.md)
 reproduce: $(STAMP)
 	$(BIN)/python -m bench.reproduce_thesis
+
+## device-budget: an idle node's RSS/threads/sockets and CPU per message at 100 and 1,000 msg/s,
+## pure and compiled builds (~2 min plus the compilation; writes tools/results/devices-*.json)
+device-budget: $(STAMP)
+	$(MAKE) --no-print-directory pure
+	$(BIN)/python -m tools.device_budget --out tools/results/devices-pure.json
+	$(MAKE) --no-print-directory compiled
+	$(BIN)/python -m tools.device_budget --out tools/results/devices-mypyc.json; \
+		status=$$?; $(MAKE) --no-print-directory pure; exit $$status
+
+## arm64-check: one emulated aarch64 node (qemu-user, debootstrap root, wheels only) beside two
+## native ones on a namespace LAN (root; installs qemu-user-static and debootstrap if missing;
+## ~1 min, the first run also builds the root in /var/tmp/p2p-arm64-root; writes tools/results/arm64.json)
+arm64-check: $(BASE)
+	@command -v debootstrap >/dev/null && test -x /usr/bin/qemu-aarch64-static || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		qemu-user-static debootstrap >/dev/null; }
+	$(BIN)/python -m tools.arm64_check --out tools/results/arm64.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

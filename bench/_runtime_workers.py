@@ -701,7 +701,7 @@ def run_inprocess(messages: int, mode: str) -> dict[str, Any]:
 
     import trio
 
-    from p2p._identity import add_node, init_fleet
+    from p2p.fleet import add_node, init_fleet
     from p2p.runtime import NodeConfig, open_node
     from p2p.telemetry._recorder import Recorder
 

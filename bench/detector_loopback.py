@@ -51,7 +51,7 @@ from typing import Any
 
 import trio
 
-from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
+from p2p.fleet import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p.runtime import Delivery, Node, NodeConfig, open_node
 
 _IGNORED = trio.TASK_STATUS_IGNORED

@@ -73,7 +73,7 @@ from typing import IO, Any
 from bench import _preauth as preauth
 from bench._common import ROOT, machine
 from bench._runtime_workers import PAYLOAD_SIZE, PROFILE_ENV, TOPIC, Spec
-from p2p._stats import percentile_of
+from p2p import percentile_of
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
@@ -435,7 +435,7 @@ class Bench:
 
 def _make_fleet(workdir: Path) -> list[Path]:
     """A PSK fleet of :data:`NODES` node directories under ``workdir``."""
-    from p2p._identity import add_node, init_fleet
+    from p2p.fleet import add_node, init_fleet
 
     init_fleet(workdir / "fleet", psk=True, name="bench")
     dirs = [workdir / f"node{i}" for i in range(NODES)]
@@ -747,7 +747,7 @@ def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
     import trio
 
     from causal import MsgId
-    from p2p._identity import add_node, init_fleet
+    from p2p.fleet import add_node, init_fleet
     from p2p.runtime import NodeConfig, open_node
     from p2p.runtime._delivery import _STAMP
     from p2p.telemetry._recorder import Recorder, Spool

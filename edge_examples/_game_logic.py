@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from p2p._stats import percentile_of
+from p2p import percentile_of
 
 # ------------------------------------------------------------------ the map
 

@@ -37,8 +37,8 @@ import trio
 
 from edge_examples._game_logic import GameMap, Ledger, RunInfo, Tile, plan_bots
 from edge_examples._game_net import PlayerSpec, Shard, ShardSpec, write_ledger
-from p2p._errors import P2PError
-from p2p._identity import add_node, init_fleet
+from p2p import P2PError
+from p2p.fleet import add_node, init_fleet
 
 
 class GameError(P2PError):

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import trio
 
-from p2p._errors import P2PError
-from p2p._identity import add_node, init_fleet
+from p2p import P2PError
 from p2p.cli import check_listen, graceful, run_cli
+from p2p.fleet import add_node, init_fleet
 from p2p.runtime import Delivery, Node, NodeConfig, Subscription, open_node
 from p2p.sim import TraceEvent, check_trace, format_violations
 

@@ -60,8 +60,8 @@ from edge_examples._game_net import (
     write_ledger,
 )
 from edge_examples._game_run import GameError, RunConfig, make_fleet, profiled, run_headless
-from p2p._identity import load_node
 from p2p.cli import Shutdown, finite, graceful, run_cli
+from p2p.fleet import load_node
 from p2p.runtime import NodeConfig, open_node, parse_address
 
 DEFAULT_CROWD = "half"

@@ -51,8 +51,8 @@ from pathlib import Path
 from types import FrameType
 
 from p2p import BlockingNode, BlockingSubscription, NodeConfig, P2PError
-from p2p._identity import add_node, init_fleet
 from p2p.cli import INTERRUPTED, add_node_options, finite, node_config, run_cli
+from p2p.fleet import add_node, init_fleet
 
 log = logging.getLogger("edge_examples.sensor")
 

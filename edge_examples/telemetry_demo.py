@@ -4,7 +4,8 @@
 
     python -m edge_examples.telemetry_demo [--nodes 4] [--duration 10] [--out DIR]
 
-1. A throw-away fleet: a collector and ``--nodes`` real nodes on 127.0.0.1
+1. A throw-away fleet: a collector (``p2p telemetry collect``, a process of
+   its own as on a real site) and ``--nodes`` real nodes on 127.0.0.1
    (TCP, encryption, static seeds).  Each records telemetry every second into
    its own spool and uploads it to the collector every 2 s.
 2. The nodes chat on a few rooms with skewed popularity for ``--duration``
@@ -21,17 +22,21 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
+import signal
+import subprocess
 import sys
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
-from p2p import Node, NodeConfig, open_node
-from p2p._errors import P2PError
-from p2p._identity import add_node, init_fleet, load_node
+from p2p import Node, NodeConfig, P2PError, open_node
 from p2p.cli import finite
-from p2p.telemetry._collector import Collector, run_collector
+from p2p.cli import main as p2p_main
+from p2p.fleet import add_node, init_fleet
+from p2p.telemetry import iter_items
 
 ROOMS = ("lobby", "lobby", "lobby", "games", "games", "help")
 """Rooms by popularity: the first is the hot topic."""
@@ -53,17 +58,62 @@ async def _drain(sub: object) -> None:
         pass
 
 
-async def run_fleet(root: Path, nodes: int, duration: float) -> Collector:
-    """Steps 1 and 2: returns the collector (its landing directory is under ``root``)."""
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """What the collector landed: spool files, the records in them, the devices."""
+
+    files: int
+    records: int
+    devices: int
+
+
+async def run_fleet(root: Path, nodes: int, duration: float) -> Landed:
+    """Steps 1 and 2: returns what landed in ``root / "landing"``."""
     init_fleet(root / "fleet", psk=True)
     for name in ["collector"] + [f"node{i}" for i in range(nodes)]:
         add_node(root / "fleet", root / name)
-    ident, fleet = load_node(root / "collector")
-    async with trio.open_nursery() as outer:
-        collector: Collector = await outer.start(run_collector, ident, fleet, root / "landing")
-        await _chat_fleet(root, nodes, duration, f"127.0.0.1:{collector.port}")
-        outer.cancel_scope.cancel()
-    return collector
+    command = [sys.executable, "-m", "p2p", "telemetry", "collect", str(root / "landing"),
+               "--identity", str(root / "collector"), "--port", "0"]  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        proc: trio.Process = await nursery.start(
+            lambda task_status: trio.run_process(
+                command, stderr=subprocess.PIPE, check=False, task_status=task_status
+            )
+        )
+        try:
+            address = await _collector_address(proc)
+            nursery.start_soon(_discard, proc.stderr)  # its log must not fill the pipe
+            await _chat_fleet(root, nodes, duration, address)
+        finally:
+            proc.send_signal(signal.SIGTERM)  # a graceful stop: exit status 0
+    if proc.returncode != 0:
+        raise P2PError(f"the collector ended with status {proc.returncode}")
+    return _landed(root / "landing")
+
+
+async def _collector_address(proc: trio.Process) -> str:
+    """``HOST:PORT`` from the collector's ``collecting on HOST:PORT into ...`` line."""
+    assert proc.stderr is not None
+    seen = b""
+    with trio.fail_after(30):
+        async for chunk in proc.stderr:
+            seen += chunk
+            found = re.search(rb"collecting on (\S+:\d+) into", seen)
+            if found:
+                return found.group(1).decode()
+    raise P2PError(f"the collector did not start: {seen.decode(errors='replace')[-300:]}")
+
+
+async def _discard(stream: trio.abc.ReceiveStream | None) -> None:
+    if stream is not None:
+        async for _ in stream:
+            pass
+
+
+def _landed(landing: Path) -> Landed:
+    files = sorted(landing.glob("date=*/device=*/*.cbor"))
+    records = sum(1 for f in files for item, err in iter_items(f.read_bytes()) if err is None)
+    return Landed(len(files), records, len({f.parent.name for f in files}))
 
 
 async def _chat_fleet(root: Path, nodes: int, duration: float, collector: str) -> None:
@@ -113,19 +163,16 @@ def main(argv: list[str] | None = None) -> int:
               "or pass another --out", file=sys.stderr)  # fmt: skip
         return 2
     root.mkdir(parents=True, exist_ok=True)
-    collector = trio.run(run_fleet, root, args.nodes, args.duration)
-    s = collector.stats
-    print(f"collector: {s.files_landed} files, {s.records_landed} records landed "
-          f"from {len(s.per_device)} devices in {root / 'landing'}")  # fmt: skip
-    from p2p.telemetry._cli import main as telemetry
-
     try:
-        code = telemetry(["telemetry", "aggregate", str(root / "landing"),
-                          "--out", str(root / "results"), "--master", "local[2]",
-                          "--window", "5"])  # fmt: skip
+        s = trio.run(run_fleet, root, args.nodes, args.duration)
     except P2PError as exc:
         print(f"telemetry_demo: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
+    print(f"collector: {s.files} files, {s.records} records landed "
+          f"from {s.devices} devices in {root / 'landing'}")  # fmt: skip
+    code = p2p_main(["telemetry", "aggregate", str(root / "landing"),
+                     "--out", str(root / "results"), "--master", "local[2]",
+                     "--window", "5"])  # fmt: skip
     if code == 0:
         print(f"report: {root / 'results' / 'report.html'}")
     return code

@@ -14,7 +14,10 @@ stays light on devices that never open a node::
 
     trio.run(main)
 
-Plain scripts use :class:`BlockingNode` instead (no trio needed).
+Plain scripts use :class:`BlockingNode` instead (no trio needed), asyncio
+programs :func:`p2p.aio.open_node`; :mod:`p2p.fleet` makes fleets and node
+directories.  :func:`percentile_of` is the project's one percentile rule
+(nearest rank), for applications that report latencies as the library does.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from p2p._errors import P2PError, ScenarioError, SecurityError
 
 if TYPE_CHECKING:
+    from p2p._stats import percentile_of
     from p2p.runtime import (
         BlockingNode,
         BlockingSubscription,
@@ -49,6 +53,7 @@ _LAZY = {
     "NodeError": "p2p.runtime",
     "Subscription": "p2p.runtime",
     "open_node": "p2p.runtime",
+    "percentile_of": "p2p._stats",
 }
 
 
@@ -79,4 +84,5 @@ __all__ = [
     "Subscription",
     "__version__",
     "open_node",
+    "percentile_of",
 ]

@@ -33,6 +33,7 @@ P2P_ALL = [
     "Subscription",
     "__version__",
     "open_node",
+    "percentile_of",
 ]
 
 

@@ -22,9 +22,10 @@ def test_real_fleet_to_spark_aggregates(tmp_path: Path) -> None:
     from p2p.telemetry._job import Options, run
     from p2p.telemetry._spark import spark_session
 
-    collector = trio.run(run_fleet, tmp_path, 3, 4.0)
+    landed_run = trio.run(run_fleet, tmp_path, 3, 4.0)
     recs = landed(tmp_path / "landing")
-    assert collector.stats.records_landed == len(recs) > 0
+    assert landed_run.records == len(recs) > 0
+    assert landed_run.devices == 3
     spark = spark_session("local[2]", driver_memory="1g", shuffle_partitions=4)
     try:
         opts = Options(str(tmp_path / "landing"), str(tmp_path / "out"), window=5.0,

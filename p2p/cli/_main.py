@@ -8,20 +8,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 
 from causal import PacketLimits
+from p2p import fleet as fleet_api
 from p2p._cliargs import check_output, finite, path_arg
 from p2p._errors import P2PError
-from p2p._identity import (
-    DEFAULT_VALID_DAYS,
-    add_node,
-    init_fleet,
-    load_fleet_authority,
-    load_node,
-    write_atomic,
-)
-from p2p._revocation import REVOKED_FILE, load_revocations, revoke
+from p2p._identity import DEFAULT_VALID_DAYS, add_node, init_fleet, load_node
+from p2p._revocation import REVOKED_FILE
 from p2p.cli._nodecli import add_parser as add_node_parser
 from p2p.cli._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
 from p2p.cli._shutdown import run_cli
@@ -220,30 +213,10 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     """``p2p fleet revoke``: add nodes to the fleet's signed revocation list."""
-    authority = load_fleet_authority(args.fleet_dir)
+    rl = fleet_api.revoke(args.fleet_dir, args.nodes, to=args.to)
     path = args.fleet_dir / REVOKED_FILE
-    previous = load_revocations(path, authority.fleet)
-    nodes = {_node_id(text) for text in args.nodes}
-    rl = revoke(authority, previous, nodes)
-    for target in [args.fleet_dir, *args.to]:
-        write_atomic(target / REVOKED_FILE, rl.encode())
     print(f"revocation list {rl.serial}: {len(rl.nodes)} nodes revoked ({path})")
     return 0
-
-
-def _node_id(text: str) -> int:
-    """A node id in hex, or the id of the node directory ``text``."""
-    if Path(text).is_dir():
-        return load_node(text)[0].node_id
-    try:
-        value = int(text, 16)
-    except ValueError:
-        raise P2PError(
-            f"{text!r} is neither a node id (16 hex digits) nor a node directory"
-        ) from None
-    if not 0 <= value < 1 << 64:
-        raise P2PError(f"node id {text!r} does not fit 64 bits")
-    return value
 
 
 def _check_nodes(n: int) -> None:

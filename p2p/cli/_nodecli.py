@@ -45,6 +45,7 @@ from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._membership import Peer
 from p2p._transport import parse_address, verified_peer
+from p2p.cli._budget import print_stats
 from p2p.cli._shutdown import Shutdown, graceful
 from p2p.runtime import Delivery, Node, NodeConfig, Subscription, open_node
 from p2p.runtime._discovery import SERVICE_TYPE, Discovery
@@ -87,6 +88,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     node.add_argument("--payload-size", type=int, default=0, help="pad payloads to this size")
     node.add_argument("--duration", type=finite, help="seconds to run (default: until Ctrl-C)")
     node.add_argument("--trace", type=path_arg, help="write TRACE.jsonl here")
+    node.add_argument(
+        "--stats-every",
+        type=finite,
+        metavar="SECONDS",
+        help="print RSS, threads, sockets, CPU and message rates every SECONDS (stderr)",
+    )
 
     s = sub.add_parser("sub", help="print what topics deliver, one line each")
     _common(s)
@@ -232,6 +239,8 @@ def _check(args: argparse.Namespace) -> None:
         raise P2PError("--duration must be positive")
     if not 0 <= args.payload_size <= 1 << 16:
         raise P2PError("--payload-size must be in 0..65536")
+    if args.stats_every is not None and not args.stats_every > 0:
+        raise P2PError("--stats-every must be positive")
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -250,7 +259,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace, cfg: NodeConfig, fh: IO[str] | None) -> int:
     me: list[int] = [0]
     trace = _Trace(fh, me)
-    counts = {"delivered": 0}
+    counts = {"delivered": 0, "published": 0}
     async with graceful(args.duration) as stop, open_node(args.identity, cfg, trace=trace) as node:
         me[0] = node.id
         trace.view_of = lambda topic: node.core.view(topic)  # the current life's core
@@ -288,14 +297,16 @@ def _troubles(stats: dict[str, int]) -> str:
 
 async def _node_body(node: Node, args: argparse.Namespace, counts: dict[str, int]) -> None:
     topics = list(dict.fromkeys([*args.subscribe, *([args.publish] if args.publish else [])]))
-    await _settle(node, args)
     async with trio.open_nursery() as nursery:
+        if args.stats_every is not None:
+            nursery.start_soon(print_stats, args.stats_every, counts)
+        await _settle(node, args)
         for topic in topics:
             sub = await node.subscribe(topic)
             _say(args, f"subscribed to {topic!r} ({len(node.core.view(topic))} members)")
             nursery.start_soon(_drain, sub, counts)
         if args.publish:
-            await _publish(node, args)
+            await _publish(node, args, counts)
             _say(args, f"published {args.count} on {args.publish!r}")
         await trio.sleep_forever()
 
@@ -305,11 +316,13 @@ async def _drain(sub: Subscription, counts: dict[str, int]) -> None:
         counts["delivered"] += 1
 
 
-async def _publish(node: Node, args: argparse.Namespace) -> None:
+async def _publish(node: Node, args: argparse.Namespace, counts: dict[str, int]) -> None:
+    start = trio.current_time()
     for i in range(args.count):
         body = f"{node.id:016x}:{i}".encode()
         await node.publish(args.publish, body.ljust(args.payload_size, b"."))
-        await trio.sleep(1.0 / args.rate)
+        counts["published"] += 1
+        await trio.sleep_until(start + (i + 1) / args.rate)  # --rate on average, not slower
 
 
 def _say(args: argparse.Namespace, text: str) -> None:
