@@ -316,7 +316,7 @@ class Simulation:
         if action == "TWIN" and self._twins is None:
             self._twins = Twins(self)
         if self._links is not None and self._twins is not None:
-            raise P2PError("RESET or PARTITION and TWIN in one run are not modelled yet")
+            raise P2PError("RESET and TWIN (or PARTITION and TWIN) in one run are not modelled yet")
         at = max(time, self.now)
         if self._members is not None:
             self._members.halted = False
