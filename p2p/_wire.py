@@ -42,7 +42,10 @@ message  ``[id, payload: bytes, [id, ...], [id, ...], prev]``  ``PubMessage``: p
                                                                max_barrier; prev: -1 or ctr;
                                                                joins (``op_joins``, present
                                                                only when not 0): 1 ..
-                                                               2**len(op_deps) - 1
+                                                               2**len(op_deps) - 1; from
+                                                               2**64 on (64 ops or more)
+                                                               its shortest big-endian
+                                                               bytes
 id       ``[source: node, incarnation: ctr, seq: ctr]``        ``causal.MsgId``
 topic    text string                                           1..max_topic_len UTF-8 bytes
 dests    ``[node, ...]``                                       strictly increasing; <=
@@ -274,6 +277,15 @@ def _e_int(v: object) -> bytes:
     return cbor2.dumps(v)
 
 
+def _e_joins(v: int) -> bytes:
+    """A message's ``op_joins``: an unsigned integer below 2**64, above that (a
+    publication naming 64 ops or more) its big-endian bytes, shortest form:
+    the wire format has no bignum tags."""
+    if type(v) is int and v >= NODE_LIMIT:
+        return _e_bytes(v.to_bytes((v.bit_length() + 7) // 8, "big"))
+    return _e_int(v)
+
+
 def _e_array(n: int) -> bytes:
     return _ARRAY_HEAD[n] if n < 0x100 else _head(0x80, n)
 
@@ -374,7 +386,7 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
             e_id(i)
         append(_e_int(m.prev))
         if joins:
-            append(_e_int(joins))
+            append(_e_joins(joins))
     return b"".join(out)
 
 
@@ -1099,8 +1111,21 @@ def _d_message(v: object, lim: WireLimits) -> PubMessage:
         tuple(_d_id(x, "message.deps[]") for x in d),
         tuple(_d_id(x, "message.op_deps[]") for x in o),
         _int(prev, "message.prev", -1, COUNTER_LIMIT),
-        _int(fields[5], "message.joins", 1, 1 << len(o)) if len(fields) == 6 else 0,
+        _joins(fields[5], len(o)) if len(fields) == 6 else 0,
     )
+
+
+def _joins(v: object, ops: int) -> int:
+    """``op_joins`` read back (:func:`_e_joins`): 1 .. 2**ops - 1, as an integer
+    below 2**64 or as the shortest big-endian bytes of one at or above it."""
+    if type(v) is bytes:
+        if not v or v[0] == 0:
+            raise WireError("message.joins: bytes not in their shortest form")
+        value = int.from_bytes(v, "big")
+        if value < NODE_LIMIT:
+            raise WireError("message.joins: bytes for a value that fits an integer")
+        return _int(value, "message.joins", 1, 1 << ops)
+    return _int(v, "message.joins", 1, 1 << ops)
 
 
 def _d_packet(v: object, lim: WireLimits) -> Packet:

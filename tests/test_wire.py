@@ -106,7 +106,9 @@ messages = st.builds(
     msg_ids,
     st.binary(max_size=80),
     st.lists(msg_ids, max_size=4).map(tuple),
-    st.lists(msg_ids, max_size=3).map(tuple),
+    st.one_of(st.lists(msg_ids, max_size=3), st.lists(msg_ids, min_size=62, max_size=70)).map(
+        tuple
+    ),
     st.one_of(st.just(-1), counters),
 ).flatmap(_with_joins)
 bound_lists = st.lists(st.builds(Bound, nodes, counters, counters), max_size=4).map(tuple)
@@ -191,9 +193,12 @@ def cbor_tree(p: Packet) -> list[object]:
     def op(e: ViewEntry) -> list[object]:
         return [e.node, e.incarnation, e.rc, e.subscribed]
 
+    def joins(v: int) -> int | bytes:  # 64 ops or more: big-endian bytes, no tag
+        return v if v < NODE_LIMIT else v.to_bytes((v.bit_length() + 7) // 8, "big")
+
     def msgs(v: tuple[PubMessage, ...]) -> list[list[object]]:
         return [
-            [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, m.op_joins][
+            [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, joins(m.op_joins)][
                 : 6 if m.op_joins else 5
             ]
             for m in v
@@ -378,6 +383,27 @@ def test_which_named_ops_are_subscriptions_is_a_sixth_element() -> None:
         assert direct.packets == [packet]
     named = dataclasses.replace(plain, op_joins=2).named_ops()
     assert list(named) == [ViewEntry(4, 0, 1, False), ViewEntry(6, 2, 3, True)]
+
+
+def test_a_publication_naming_more_than_64_subscriptions_goes_on_the_wire() -> None:
+    """A publisher that subscribes knowing 127 subscribers names all their ops
+    in its first publication, every one a subscription: ``op_joins`` is then
+    2**127 - 1, past CBOR's 64-bit integers.  It went out as a bignum tag,
+    which every receiver refused as garbage (a boot storm of 128 nodes
+    delivered nothing); it goes as bytes, and only in their shortest form."""
+    ops = tuple(MsgId(1000 + k, 0, 0) for k in range(127))
+    msg = PubMessage(MsgId(3, 1, 1), b"p", (), ops, -1, (1 << 127) - 1)
+    packet = PubRound(RoundId(3, 1, 1), "t", (msg,), ())
+    limits = dataclasses.replace(LIMITS, max_barrier=200)
+    raw = encode_packets([packet])
+    assert decode_packets(raw, limits) == [packet]
+    assert cbor2.loads(raw)[1][0][3][0][5] == b"\x7f" + b"\xff" * 15
+    short = pub_raw(messages=[[*msg_raw(op_deps=[ID] * 65), b"\x01" + bytes(8)]])
+    assert decode_packets(body(short), limits)[0].messages[0].op_joins == 1 << 64
+    for bad in (b"\x00" + b"\x01" + bytes(8), b"\x01", b"\x02" + bytes(8)):
+        raw_bad = body(pub_raw(messages=[[*msg_raw(op_deps=[ID] * 65), bad]]))
+        with pytest.raises(WireError, match="joins"):
+            decode_packets(raw_bad, limits)
 
 
 def test_from_config() -> None:
