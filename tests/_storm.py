@@ -160,8 +160,13 @@ def _findings(dirs: list[Path], codes: list[int | None], start: float) -> dict[s
         }
         if firsts
         else None,
-        "violations": format_violations(check_trace(trace, quiescent=True)) or None,
+        "violations": _violations(trace),
     }
+
+
+def _violations(trace: list[TraceEvent]) -> str | None:
+    found = check_trace(trace, quiescent=True)
+    return format_violations(found) if found else None
 
 
 def problems(found: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, cast
 
 from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
+from p2p._wire import WireLimits, decode_body, encode_packets
 from p2p.machine import (
     NodeMachine,
 )
@@ -42,12 +43,14 @@ from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder
 from p2p.sim._twin import Twins
 from topics import (
+    Bundle,
     Delivered,
     Dropped,
     Event,
     Held,
     LocalProtocolError,
     Output,
+    Packet,
     Published,
     PubSubConfig,
     Received,
@@ -149,6 +152,7 @@ class Simulation:
         detect_jitter: float = 500.0,
         detector: DetectorConfig | None = None,
         introductions: Mapping[int, Iterable[int]] | None = None,
+        wire: bool = False,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
@@ -226,6 +230,11 @@ class Simulation:
         from the membership records the machines spread.  ``None``: everyone
         knows everyone from the start.  With partial membership, the trace's
         ``publish`` lines carry the publisher's view (see ``p2p.sim._checks``)."""
+        self.wire = WireLimits() if wire else None
+        """With ``wire``: every core packet is encoded and decoded by the runtime's
+        codec (``p2p._wire``) on its way, so a packet the runtime could not send
+        is found here (:class:`~p2p._wire.WireError` raised), and receivers get
+        what the runtime's would."""
         self._links: Links | None = None
         """The runtime's reliable links, from the first RESET scheduled on (``p2p.sim._links``)."""
         self.link_config = LinkConfig()
@@ -811,6 +820,8 @@ class Simulation:
         than a packet of its own would.
         """
         limits = self.limits
+        if self.wire is not None:
+            sends = [Send(s.dest, self._through_wire(s.packet)) for s in sends]
         if self.aggregation != "on":
             for send in sends:
                 for frame in pack_frames(parts_of(send.packet), limits):
@@ -835,6 +846,13 @@ class Simulation:
                 continue
             for frame in pack_frames(parts, limits):
                 self._transmit(src, dst, frame, ready)
+
+    def _through_wire(self, packet: Packet | Bundle) -> Packet | Bundle:
+        """``packet`` as the runtime's receiver reads it after the runtime's sender
+        wrote it (``Simulation.wire``)."""
+        assert self.wire is not None
+        got = decode_body(encode_packets([packet]), self.wire).packets
+        return got[0] if len(got) == 1 else Bundle(tuple(got))
 
     def _transmit(self, src: int, dst: int, packet: Frame, ready: float) -> None:
         """Queue one link packet: it waits for the link, takes ``t_t``, then ``t_pp``
