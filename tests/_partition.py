@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from _netns import Lan, ip, sigterm_raises, unavailable
-from test_system_netns import NodeRun, Role, make_fleet
+from test_system_netns import NodeRun, Role, make_fleet, spawn_nodes
 
 from p2p.sim import TraceEvent, check_trace, format_violations
 
@@ -102,13 +102,7 @@ def run(net: Lan, root: Path, side: str, progress: bool = False) -> PartitionRun
     ip("-n", net.hub, "link", "add", second, "type", "bridge", "mcast_snooping", "0")
     ip("-n", net.hub, "link", "set", second, "up")
     duration = PUBLISH_SETTLE + COUNT / RATE + TAIL
-    procs = []
-    for node, host in zip(nodes, net.hosts, strict=True):
-        node.netns, node.address = host.netns, host.address
-        node.trace = out / f"node{node.index}.jsonl"
-        node.stderr = out / f"node{node.index}.err"
-        with open(out / f"node{node.index}.out", "wb") as so, open(node.stderr, "wb") as se:
-            procs.append(net.spawn(host, _argv(node, duration), stdout=so, stderr=se))
+    procs = spawn_nodes(net, nodes, out, lambda node: _argv(node, duration))
     pr = PartitionRun(nodes, SIDES[side])
     first = _first_publication(nodes[0], time.monotonic() + PUBLISH_SETTLE + 30)
     time.sleep(max(0.0, first + CUT_AFTER - time.time()))

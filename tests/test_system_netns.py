@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,15 +159,23 @@ def node_argv(node: NodeRun) -> list[str]:
     ]  # fmt: skip
 
 
-def run_nodes(net: Lan, nodes: list[NodeRun], out: Path) -> None:
-    """Start every node in its namespace at once; wait until all have exited."""
+def spawn_nodes(
+    net: Lan, nodes: list[NodeRun], out: Path, argv: Callable[[NodeRun], list[str]]
+) -> list[subprocess.Popen[bytes]]:
+    """Start every node in its host's namespace at once, its output files in ``out``."""
     procs = []
     for node, host in zip(nodes, net.hosts, strict=True):
         node.netns, node.address = host.netns, host.address
         node.trace = out / f"node{node.index}.jsonl"
         node.stderr = out / f"node{node.index}.err"
         with open(out / f"node{node.index}.out", "wb") as so, open(node.stderr, "wb") as se:
-            procs.append(net.spawn(host, node_argv(node), stdout=so, stderr=se))
+            procs.append(net.spawn(host, argv(node), stdout=so, stderr=se))
+    return procs
+
+
+def run_nodes(net: Lan, nodes: list[NodeRun], out: Path) -> None:
+    """Start every node in its namespace at once; wait until all have exited."""
+    procs = spawn_nodes(net, nodes, out, node_argv)
     deadline = time.monotonic() + DURATION + 45
     for node, proc in zip(nodes, procs, strict=True):
         try:
