@@ -84,13 +84,15 @@ def detector_config(
     faster still, and tolerates shorter stalls).
     """
     base = interval if timeout is None else timeout
+    valid = isinstance(interval, int | float) and math.isfinite(interval) and interval > 0
+    rounds = max(1, math.ceil(REVIVE_FOR / interval)) if valid else 1  # else refused below
     return DetectorConfig(
         interval=interval,
         timeout=base,
         attempts=attempts,
         max_timeout=base * stretch,
         revive=revive,
-        revive_rounds=max(1, math.ceil(REVIVE_FOR / interval)),
+        revive_rounds=rounds,
     )
 
 
