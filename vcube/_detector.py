@@ -157,6 +157,14 @@ Guarantees (no message loss)
   node's spanning tree one pull (one round plus a round trip) per hop, and the
   tests assert the published bound ``B = ceil(log2 N)^2`` plus two rounds plus
   the delays (``delta (2B + 1)``), plus one round per extra ``attempts``.
+* **Doubt**: a node that reads an accusation of a node it heard from
+  within ``timeout`` holds it (:meth:`Detector._doubt`) and adopts it only
+  once a ``timeout`` passes without a word from that node, so a crash
+  reaches such a node at most one ``timeout`` later than the bounds above.
+* **Revival**: with ``revive``, a suspected node is probed every ``revive``
+  rounds for ``revive_rounds`` rounds; after a partition heals within that
+  time, both sides hear each other again within ``revive`` rounds plus a
+  round trip.
 * **Self-suspicion**: a node that reads an entry about itself with its own
   incarnation and a higher counter was suspected: it emits
   :class:`SelfSuspected` (the library treats a suspected incarnation as crashed,
