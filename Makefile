@@ -100,7 +100,8 @@ device-budget: $(STAMP)
 ## native ones on a namespace LAN (root; installs qemu-user-static and debootstrap if missing;
 ## ~1 min, the first run also builds the root in /var/tmp/p2p-arm64-root; writes tools/results/arm64.json)
 arm64-check: $(BASE)
-	@command -v debootstrap >/dev/null && test -x /usr/bin/qemu-aarch64-static || \
+	@PATH="$$PATH:/usr/sbin:/sbin" command -v debootstrap >/dev/null && \
+		test -x /usr/bin/qemu-aarch64-static || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 		qemu-user-static debootstrap >/dev/null; }
 	$(BIN)/python -m tools.arm64_check --out tools/results/arm64.json

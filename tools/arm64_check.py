@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -316,6 +317,29 @@ def _wait(log: Path, text: str, timeout: float, proc: subprocess.Popen[bytes], t
     return time.monotonic() - started
 
 
+_SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def apt_mirror() -> str | None:
+    """The first Debian archive this machine's apt sources name (``None``: none)."""
+    found: list[Path] = [Path("/etc/apt/sources.list")]
+    found += sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    found += sorted(Path("/etc/apt/sources.list.d").glob("*.list"))
+    for path in found:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.split("#", 1)[0].split()
+            head = words[:1]
+            uris = words[1:] if head == ["URIs:"] else words[1:2] if head == ["deb"] else []
+            for uri in uris:
+                if uri.rstrip("/").endswith("/debian"):
+                    return uri.rstrip("/")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.arm64_check",
@@ -328,13 +352,20 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("/var/tmp/p2p-arm64-root"),
         help="where the aarch64 root is built and kept",
     )
-    parser.add_argument("--mirror", default="http://deb.debian.org/debian")
+    parser.add_argument(
+        "--mirror", default=None, help="Debian mirror (default: this machine's apt source)"
+    )
     parser.add_argument("--suite", default="bookworm")
     parser.add_argument("--messages", type=int, default=50, help="publications per publisher")
     parser.add_argument("--rate", type=float, default=10.0, help="publications per second")
     parser.add_argument("--out", type=Path, help="write the result as JSON here")
     args = parser.parse_args(argv)
+    # Root's tools (debootstrap, chroot) live in sbin, which a scrubbed PATH lacks.
+    os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])
+    args.mirror = args.mirror or apt_mirror()
     why = unavailable()
+    if args.mirror is None:
+        why = why or "no Debian mirror in /etc/apt/sources.list* (give --mirror)"
     missing = [t for t in ("debootstrap", "dpkg-deb", "chroot") if shutil.which(t) is None]
     if not Path(QEMU).exists():
         missing.append(QEMU)
