@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 import trio
 
@@ -69,13 +69,18 @@ class Messages:
             raise SecurityError(f"handshake message of {len(msg)} bytes exceeds {limit}")
         return msg
 
-    async def handshake(self, session: SecureSession) -> None:
-        """Run ``session``'s handshake to completion over the stream."""
+    async def handshake(
+        self, session: SecureSession, on_message: Callable[[], None] | None = None
+    ) -> None:
+        """Run ``session``'s handshake to completion over the stream;
+        ``on_message`` is called after each peer message the session accepted."""
         while not session.established:
             msg = await self.next(MAX_HANDSHAKE_SIZE)
             if msg is None:
                 raise EOFError("connection closed during the handshake")
             out, _ = session.receive_handshake(msg)
+            if on_message is not None:
+                on_message()
             if out:
                 await self.stream.send_all(frame(out))
 
@@ -150,17 +155,18 @@ async def accept_secure(
     max_message: int,
     timeout: float,
     revoked: Container[int] = frozenset(),
+    on_message: Callable[[], None] | None = None,
 ) -> tuple[SecureSession, Messages]:
     """Run the responder's handshake on an accepted stream within ``timeout`` seconds.
 
     ``max_message`` bounds the records read after the handshake; the caller
-    closes the stream on failure.
+    closes the stream on failure.  ``on_message``: see :meth:`Messages.handshake`.
     """
     with trio.fail_after(timeout):
         session = SecureSession.responder(identity, fleet, revoked=revoked)
         session.start()  # the responder speaks second: nothing to send yet
         messages = Messages(stream, max_message, handshake=_RESPONDER_READS)
-        await messages.handshake(session)
+        await messages.handshake(session, on_message)
     return session, messages
 
 

@@ -12,9 +12,11 @@ is whole again.  Checked here:
 * the same with the publisher on the large side;
 * a partition changes nothing in a run that does not schedule one;
 * ``p2p sim`` reads PARTITION and HEAL lines;
-* :class:`PartitionMachine`, a Hypothesis state machine: random subscribers
-  and publishers, a partition that puts each of them on a side drawn by
-  Hypothesis, a heal, time passing; safety after every step, and at the end,
+* :class:`PartitionMachine`, a Hypothesis state machine: a start that may be a
+  boot storm (everyone dials one seed and subscribes before the view has
+  converged), random subscribers and publishers, a partition that puts each
+  of them on a side drawn by Hypothesis, a heal, time passing; safety after
+  every step, and at the end,
   once the detector's convergence bound has passed after the heal, every
   publication reaches every subscriber in its publisher's view, the views
   are the true subscriber sets and membership has converged.
@@ -180,10 +182,14 @@ class PartitionMachine(RuleBasedStateMachine):
         self.healed_at = 0.0
         self.payloads = 0
 
-    @initialize(ids=populations(3, 9), seed=st.integers(0, 2**32 - 1))
-    def start(self, ids: list[int], seed: int) -> None:
+    @initialize(ids=populations(3, 9), seed=st.integers(0, 2**32 - 1), storm=st.booleans())
+    def start(self, ids: list[int], seed: int, storm: bool) -> None:
+        """``storm``: a boot storm, every node started at once knowing only one
+        seed (which knows one other), so the first subscriptions are made with
+        a partial view and must be completed as it grows."""
         self.ids = ids
-        self.sim = Simulation(ids, seed=seed, detector=FAST)
+        seeds = {ids[0]: [ids[1]], **{n: [ids[0]] for n in ids[1:]}} if storm else None
+        self.sim = Simulation(ids, seed=seed, detector=FAST, introductions=seeds)
 
     def _now(self) -> float:
         assert self.sim is not None

@@ -43,8 +43,10 @@ class NodeConfig:
     delivery_buffer: int = 10_000
     max_connections: int = 1024
     """Most TCP connections open at once (both directions); more are refused."""
-    max_handshakes: int = 64
-    """Most unauthenticated connections (handshakes under way) at once."""
+    max_handshakes: int = 1024
+    """Most unauthenticated connections (handshakes under way) at once; more
+    wait in the listen backlog, queued, unless the oldest of them never spoke
+    (evicted for them).  Each costs a task and at most a 2 KiB buffer."""
     max_handshakes_per_host: int = 8
     """Most handshakes under way from one source address (loopback excepted: a
     host's own nodes); a LAN outsider cannot take every slot."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -22,7 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -349,6 +350,14 @@ async def open_node(
             yield node
 
 
+def _detached(listener: trio.SocketListener) -> socket.socket:
+    """The listening socket of ``listener`` as a non-blocking stdlib socket
+    (``_Server.accept`` takes a whole backlog in one turn of the loop)."""
+    sock = socket.socket(fileno=listener.socket.detach())
+    sock.setblocking(False)
+    return sock
+
+
 @asynccontextmanager
 async def _open_node(
     loaded: tuple[NodeIdentity, Fleet], cfg: NodeConfig, trace: TraceHook | None
@@ -365,8 +374,10 @@ async def _open_node(
             f"cannot listen on {cfg.interface} port {cfg.port}: {exc.strerror or exc}"
         ) from exc
     async with trio.open_nursery() as nursery:
-        listeners: list[Any] = await nursery.start(trio.serve_listeners, node.serve, opened)
-        node.port = listeners[0].socket.getsockname()[1]
+        socks = [_detached(listener) for listener in opened]
+        node.port = socks[0].getsockname()[1]
+        for sock in socks:
+            nursery.start_soon(node.accept, sock, nursery)
         node._nursery = nursery
         node.record = node._sign_record()
         node._follow_revocation_file(trio.current_time())

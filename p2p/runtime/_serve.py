@@ -3,9 +3,12 @@ frames into the machine, and the exchanges with seeds.
 
 Invariants: before its handshake completes a connection gets a slot among
 ``max_handshakes`` (``max_handshakes_per_host`` per address), at most
-``handshake_timeout`` seconds and handshake messages of bounded size; when a
-cap is reached the oldest pending handshake is evicted (the connection is
-refused only when none is pending).  Every frame of an authenticated peer
+``handshake_timeout`` seconds and handshake messages of bounded size.  A
+burst of dials is accepted whole, in one turn of the loop; at a cap the
+oldest pending connection whose peer never spoke is evicted, and when every
+pending peer has spoken newcomers wait, queued in the listen backlog, for a
+handshake to end (a connection is refused only when every one is taken by an
+authenticated peer).  Every frame of an authenticated peer
 is checked by ``p2p._wire`` before a packet reaches the core and handled in
 arrival order; duplicates after a reconnection are dropped
 (``p2p._reliable``).  A record reaches the machine only verified.
@@ -14,6 +17,7 @@ arrival order; duplicates after a reconnection are dropped
 from __future__ import annotations
 
 import logging
+import socket
 
 import trio
 
@@ -30,10 +34,19 @@ from p2p._transport import (
 from p2p._wire import PeerExchange, WireError, decode_body, encode_packets, frame
 from p2p.runtime._driver import _ONE_OFF_ERRORS, _Driver
 from p2p.runtime._link import EXCHANGE_CHUNK, _why
+from p2p.runtime._state import _Pending
 from topics import Packet, RemoteProtocolError
 from vcube import RemoteDetectorError
 
 log = logging.getLogger("p2p.node")
+
+ACCEPT_BURST = 256
+"""Most connections taken from the backlog in one turn of the event loop."""
+
+SILENT_AFTER = 0.5
+"""Seconds after which a pending connection whose peer has not spoken may be
+evicted for a newcomer (a member sends its first handshake message with its
+connection; the margin covers a loaded LAN or host)."""
 
 _RECORD_OVERHEAD = 4 + 8 + 16
 """Bytes a frame adds to its plaintext: length prefix, seal counter, AEAD tag."""
@@ -83,28 +96,102 @@ class _Server(_Driver):
                 ex = PeerExchange(tuple(records[i : i + EXCHANGE_CHUNK]), reply=last)
                 await stream.send_all(frame(session.seal(encode_packets([], ex))))
 
-    async def serve(self, stream: trio.SocketStream) -> None:
-        """One accepted connection: authenticate, then feed its frames to the core.
+    async def accept(self, sock: socket.socket, nursery: trio.Nursery) -> None:
+        """Accept connections on the listening ``sock`` (non-blocking) until
+        cancelled, then close it; each is served in ``nursery``.
+
+        A burst is taken whole: every connection waiting in the kernel's
+        backlog is accepted in one turn of the event loop (up to
+        :data:`ACCEPT_BURST`), where accepting one per turn let a seed dialled
+        by a hundred newcomers, its loop busy, answer a handful a second and
+        time them out.  Beyond ``max_handshakes`` (or ``max_connections``)
+        under way, connections wait in the backlog, queued, until a handshake
+        ends (:meth:`_admission_wait`)."""
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(sock)
+                for _ in range(ACCEPT_BURST):
+                    while (wait := self._admission_wait()) > 0:
+                        self._slot_freed = trio.Event()
+                        with trio.move_on_after(wait):
+                            await self._slot_freed.wait()
+                    try:
+                        conn, _ = sock.accept()
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:  # out of descriptors, a reset: back off
+                        self.quiet.warn(("accept", None), "cannot accept: %s", _why(exc))
+                        await trio.sleep(0.1)
+                        break
+                    self._admit(conn, nursery)
+        finally:
+            sock.close()
+
+    def _admit(self, conn: socket.socket, nursery: trio.Nursery) -> None:
+        """Start serving an accepted connection, counted at once as a
+        connection and a handshake under way (so :meth:`_admission_wait` sees it)."""
+        conn.setblocking(False)
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+        self.connections += 1
+        ticket = self._tickets = self._tickets + 1
+        pending = _Pending(remote_host(stream), trio.CancelScope(), stream, trio.current_time())
+        self._handshakes[ticket] = pending
+        nursery.start_soon(self.serve, ticket, pending)
+
+    def _admission_wait(self) -> float:
+        """0 when the accept loop may take one more connection now, else the
+        seconds to wait at most before asking again.
+
+        Below the caps, now.  At ``max_handshakes`` under way or
+        ``max_connections`` open: the oldest handshake whose peer has not
+        spoken for :data:`SILENT_AFTER` seconds is evicted to make room (junk
+        that holds every slot for ``handshake_timeout`` would otherwise lock
+        members out, while a member's dial speaks at once); otherwise the new
+        connection waits in the backlog for a handshake to end or a silent one
+        to age.  With no handshake under way and every connection taken, it is
+        accepted to be refused at once (:meth:`_make_room`) rather than left
+        to time out.  Invariant: at most ``max_handshakes`` pending and
+        ``max_connections`` open (the latter also kept below the process's
+        descriptor limit)."""
+        cfg = self.config
+        pending = self._handshakes
+        if not pending or (
+            len(pending) < cfg.max_handshakes and self.connections < self._max_connections
+        ):
+            return 0.0
+        now = trio.current_time()
+        silent = [(p.since, t) for t, p in pending.items() if p.silent()]
+        if not silent:
+            return SILENT_AFTER
+        since, ticket = min(silent)
+        if now - since < SILENT_AFTER:
+            return SILENT_AFTER - (now - since)
+        full = len(pending) >= cfg.max_handshakes
+        cap = (
+            f"{len(pending)} handshakes (max_handshakes)"
+            if full
+            else (f"{self.connections} connections (max_connections)")
+        )
+        self._evict(ticket, cap)
+        return 0.0
+
+    async def serve(self, ticket: int, pending: _Pending) -> None:
+        """One accepted connection (:meth:`_admit`): authenticate, then feed its
+        frames to the core.
 
         Before the handshake completes a peer gets almost nothing: a slot among
         ``max_handshakes`` (and ``max_handshakes_per_host`` per source address,
         loopback excepted), ``handshake_timeout`` seconds, and handshake
         messages of at most ``MAX_HANDSHAKE_SIZE`` bytes, refused on their
         length prefix before a byte is buffered."""
-        host = remote_host(stream)
-        if not self._make_room(host):
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            return
+        stream, host = pending.stream, pending.host
         peer = "unauthenticated peer"
         session_peer: int | None = None
-        self.connections += 1
-        ticket = self._tickets = self._tickets + 1
-        scope = trio.CancelScope()
-        self._handshakes[ticket] = (host, scope)
         try:
+            if not self._make_room(ticket, host):
+                return
             try:
-                with scope:
+                with pending.scope:
                     session, messages = await accept_secure(
                         stream,
                         self.identity,
@@ -112,11 +199,13 @@ class _Server(_Driver):
                         self.config.max_frame + 64,
                         self.config.handshake_timeout,
                         self._revoked,
+                        pending.hear,
                     )
             finally:
                 self._handshakes.pop(ticket, None)
-            if scope.cancelled_caught:
-                return  # evicted by a newer connection (_make_room)
+                self._slot_freed.set()
+            if pending.scope.cancelled_caught:
+                return  # evicted to make room (_admission_wait, _make_room)
             session_peer = session.peer_id
             peer = f"{session_peer:016x}"
             await self._read_frames(messages, session)
@@ -141,39 +230,30 @@ class _Server(_Driver):
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, EOFError):
             pass
         finally:
+            self._handshakes.pop(ticket, None)
             self.connections -= 1
+            self._slot_freed.set()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    def _make_room(self, host: str) -> bool:
-        """Admit a new connection from ``host``, evicting the oldest handshake
-        under way where a cap is reached (``False``: refused, nothing to evict).
-
-        Eviction, not refusal: junk that holds every handshake slot (or file
-        descriptor) for ``handshake_timeout`` would otherwise lock members out,
-        while a member's handshake takes milliseconds, so the oldest pending
-        one is the likeliest junk.  Invariant: at most ``max_handshakes``
-        pending (``max_handshakes_per_host`` per address, loopback excepted)
-        and ``max_connections`` open, the latter also kept below the
-        process's file descriptor limit."""
+    def _make_room(self, ticket: int, host: str) -> bool:
+        """Admit the new connection ``ticket`` from its address, evicting that
+        address's oldest handshake under way at ``max_handshakes_per_host``
+        (loopback excepted); ``False``: refused, every connection is taken by
+        an authenticated peer (:meth:`_admission_wait` let it in only to refuse it)."""
         cfg = self.config
-        pending = self._handshakes
-        mine = [t for t, (h, _) in pending.items() if h == host]
+        mine = [t for t, p in self._handshakes.items() if p.host == host and t != ticket]
         if len(mine) >= cfg.max_handshakes_per_host and not is_loopback(host):
             self._evict(mine[0], f"{len(mine)} handshakes from {host} (max_handshakes_per_host)")
-        elif len(pending) >= cfg.max_handshakes:
-            self._evict(next(iter(pending)), f"{len(pending)} handshakes (max_handshakes)")
-        elif self.connections >= self._max_connections:
-            if not pending:
-                self._refuse(host, f"{self.connections} connections open (max_connections)")
-                return False
-            self._evict(next(iter(pending)), f"{self.connections} connections (max_connections)")
+        if self.connections > self._max_connections:
+            self._refuse(host, f"{self.connections - 1} connections open (max_connections)")
+            return False
         return True
 
     def _evict(self, ticket: int, why: str) -> None:
-        host, scope = self._handshakes.pop(ticket)
-        scope.cancel()
-        self._refuse(host, why)
+        pending = self._handshakes.pop(ticket)
+        pending.scope.cancel()
+        self._refuse(pending.host, why)
 
     def _refuse(self, host: str, why: str) -> None:
         """Count a refused or evicted connection; one log line per 10 s, however many."""

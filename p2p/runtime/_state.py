@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,27 @@ if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetr
     from p2p.telemetry._recorder import Recorder
 
 log = logging.getLogger("p2p.node")
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An accepted connection whose handshake is under way."""
+
+    host: str
+    scope: trio.CancelScope
+    """Cancels the handshake (eviction)."""
+    stream: trio.SocketStream
+    since: float
+    """When it was accepted (trio's clock)."""
+    heard: bool = False
+    """The peer's first handshake message was accepted: a member's dial sends it
+    at once, so a pending connection that never spoke is the likeliest junk."""
+
+    def hear(self) -> None:
+        self.heard = True
+
+    def silent(self) -> bool:
+        return not self.heard and not self.stream.socket.is_readable()
 
 
 class _NodeState:
@@ -108,9 +129,11 @@ class _NodeState:
         not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
         self.quiet = Quiet(log)
         """Expected network failures: one warning per cause and peer per 10 s."""
-        self._handshakes: dict[int, tuple[str, trio.CancelScope]] = {}
-        """Handshakes under way, oldest first: source address and what cancels it
-        (admission caps and eviction, :meth:`_make_room`)."""
+        self._handshakes: dict[int, _Pending] = {}
+        """Handshakes under way, oldest first (admission caps and eviction,
+        ``_Server._admission_wait`` and ``_Server._make_room``)."""
+        self._slot_freed = trio.Event()
+        """Set when a handshake ends: the accept loop waits on it while full."""
         self._tickets = 0
         self._max_connections = min(config.max_connections, fd_budget())
         self._received = ReceiveLog()
