@@ -748,12 +748,13 @@ def node_micro(repeat: int = 7, rounds: int = 500) -> dict[str, float]:
 
     from causal import MsgId
     from p2p.fleet import add_node, init_fleet
+    from p2p.machine import ENVELOPE_SIZE
     from p2p.runtime import NodeConfig, open_node
     from p2p.runtime._delivery import _STAMP
     from p2p.telemetry._recorder import Recorder, Spool
     from topics import Delivered, Output, Published, Received, RoundAcked
 
-    payload = _STAMP.pack(time.time()) + bytes(PAYLOAD_SIZE)
+    payload = bytes(ENVELOPE_SIZE) + _STAMP.pack(time.time()) + bytes(PAYLOAD_SIZE)
     ids = [MsgId(7, 1, i) for i in range(rounds * NODE_MICRO_ROUND)]
     batches = [ids[i : i + NODE_MICRO_ROUND] for i in range(0, len(ids), NODE_MICRO_ROUND)]
     sub_batches: list[list[Output]] = [

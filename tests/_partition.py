@@ -16,8 +16,10 @@ exits 0 without a traceback; the traces keep causal order, FIFO and
 exactly-once, and ``p2p check`` passes on them (validity against each
 publication's view included); the fleet re-merges
 within :data:`MERGE_BOUND` of the heal; every subscription made after the
-heal is confirmed within that bound; and every subscriber delivers every
-publication made after the re-merge.
+heal is confirmed within that bound; every subscriber delivers every
+publication made after the re-merge; and every publication made since a
+subscriber's first delivery is either delivered to it or counted in a gap
+it reported (loss is never silent).
 
 Run it by hand: ``python tests/_partition.py --side small`` (the publisher
 on the small side) or ``--side large``; ``--runs N`` repeats it.
@@ -190,6 +192,10 @@ def report(pr: PartitionRun) -> dict[str, Any]:
             whole[e.node] += 1
             got[e.node] += (e.source, e.seq) in late
     reinc = {n: sum(r["event"] == "recover" for r in rows) for n, rows in pr.rows.items()}
+    missed: Counter[int] = Counter()
+    for e in pr.trace:
+        if e.event == "gap" and e.source == 0 and e.seq is not None:
+            missed[e.node] += e.seq
     return {
         "side": list(pr.side),
         "merged_after_heal_s": None if merged is None else round(merged - pr.heal, 2),
@@ -199,7 +205,18 @@ def report(pr: PartitionRun) -> dict[str, Any]:
         "published_after_merge": len(made),
         "delivered_after_merge": {n: got[n] for n in range(1, NODES)},
         "delivered_whole_run": {n: whole[n] for n in range(1, NODES)},
+        "missed_whole_run": {n: missed[n] for n in range(1, NODES)},
+        "owed_whole_run": {n: _owed(pr, n) for n in range(1, NODES)},
     }
+
+
+def _owed(pr: PartitionRun, node: int) -> int:
+    """The publisher's publications from the first ``node`` delivered on:
+    each must be delivered or reported missed (a ``gap`` line), exactly."""
+    made = [e.seq for e in pr.trace if e.event == "publish" and e.node == 0]
+    got = {e.seq for e in pr.trace if e.event == "deliver" and e.node == node and e.source == 0}
+    first = next((i for i, seq in enumerate(made) if seq in got), len(made))
+    return len(made) - first
 
 
 def problems(pr: PartitionRun) -> list[str]:
@@ -226,6 +243,13 @@ def problems(pr: PartitionRun) -> list[str]:
     rep = report(pr)
     if rep["published_after_merge"] < 100:
         found.append(f"only {rep['published_after_merge']} publications after the re-merge")
+    for node, owed in rep["owed_whole_run"].items():
+        got, missed = rep["delivered_whole_run"][node], rep["missed_whole_run"][node]
+        if got + missed != owed:
+            found.append(
+                f"node {node} delivered {got} and reported {missed} missed of the {owed} "
+                "publications made since its first delivery"
+            )
     for node, got in rep["delivered_after_merge"].items():
         if got != rep["published_after_merge"]:
             found.append(

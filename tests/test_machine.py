@@ -12,6 +12,7 @@ import p2p.machine._machine as machine_module
 from p2p._membership import Peer
 from p2p._wire import Leave
 from p2p.machine import (
+    ENVELOPE_SIZE,
     MemberDown,
     MemberUp,
     NodeMachine,
@@ -141,7 +142,8 @@ def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> No
     its larger payload limit), numbering on, and the topics subscribed again."""
     a = _machine(1, {2: 1})
     a.subscribe("t", 0.0)
-    a.publish("t", b"x" * 100, 0.0)
+    room = PUBSUB.max_payload - ENVELOPE_SIZE  # the machine's envelope takes the rest
+    a.publish("t", b"x" * room, 0.0)
     old = a.core
     suspicion = Push(incarnation=1, version=5, entries=(Entry(1, 1, 1),))  # 2 says: 1 suspected
     out = a.control(2, suspicion, 1.0)
@@ -153,9 +155,9 @@ def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> No
     assert a.core.next_seq >= old.next_seq  # ids stay unique across lives
     assert a.topics == {"t"}
     assert a.core.is_subscribed("t")
-    a.publish("t", b"y" * 100, 1.5)  # the same limit as before
-    with pytest.raises(LocalProtocolError):
-        a.publish("t", b"z" * 101, 1.5)
+    a.publish("t", b"y" * room, 1.5)  # the same limit as before
+    with pytest.raises(LocalProtocolError, match="envelope"):
+        a.publish("t", b"z" * (room + 1), 1.5)
     assert not [o for o in a.control(2, suspicion, 2.0) if isinstance(o, Reincarnated)]
 
 

@@ -22,6 +22,7 @@ from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p._membership import Peer
 from p2p._secure import sign_record
 from p2p._wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
+from p2p.machine import ENVELOPE_SIZE
 from p2p.runtime import (
     Delivery,
     Node,
@@ -346,7 +347,7 @@ def test_publish_refuses_a_non_bytes_payload(tmp_path: Path) -> None:
 
 
 def test_fast_delivery_constructor_builds_the_same_frozen_delivery() -> None:
-    args = ("t", 1 << 63, 2, 3, b"payload", True, 1.5)
+    args = ("t", 1 << 63, 2, 3, b"payload", True, 1.5, 7)
     fast, slow = _new_delivery(*args), Delivery(*args)
     assert type(fast) is Delivery
     assert fast == slow
@@ -474,7 +475,7 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
     a, b, c = (MsgId(7, 0, seq) for seq in (1, 2, 3))
 
     def out(mid: MsgId, stamp: float) -> Delivered:
-        return Delivered("t", mid, _STAMP.pack(stamp) + b"x")
+        return Delivered("t", mid, bytes(ENVELOPE_SIZE) + _STAMP.pack(stamp) + b"x")
 
     async def main() -> None:
         async with open_node(node_dir, NodeConfig(discovery=False, telemetry_dir=spool)) as node:

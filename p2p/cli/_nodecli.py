@@ -279,6 +279,7 @@ _TROUBLES = (
     "outbox_overflow",
     "lost_on_disconnect",
     "lost_to_crash",
+    "missed",
     "sent_to_crashed",
     "control_dropped",
     "frames_resent",
@@ -361,6 +362,12 @@ async def _print_deliveries(
     sub: Subscription, as_json: bool, left: list[int], nursery: trio.Nursery
 ) -> None:
     async for d in sub:
+        if d.missed:  # the gap event: never skipped silently
+            print(
+                f"p2p sub: missed {d.missed} publications of {d.source:016x} on {d.topic!r}",
+                file=sys.stderr,
+                flush=True,
+            )
         try:
             print(_format(d, as_json), flush=True)
         except BrokenPipeError:  # the reader left (``| head -1``): stop as --count would
@@ -379,6 +386,8 @@ def _format(d: Delivery, as_json: bool) -> str:
         text = d.payload.decode("utf-8", errors="backslashreplace")
         return f"{d.topic} {d.source:016x} {d.seq} {text}"
     line: dict[str, object] = {"topic": d.topic, "source": f"{d.source:016x}", "seq": d.seq}
+    if d.missed:
+        line["missed"] = d.missed
     try:
         line["payload"] = d.payload.decode("utf-8")
     except UnicodeDecodeError:

@@ -4,6 +4,7 @@ The trio runtime (:class:`p2p.Node`) and the simulator (:mod:`p2p.sim`) both
 run it; it never reads a clock or does I/O.
 """
 
+from p2p.machine._frontier import ENVELOPE_SIZE, Frontier, envelope_of
 from p2p.machine._machine import (
     DIGEST_REFRESH,
     DIGEST_RESYNC,
@@ -24,6 +25,8 @@ from p2p.machine._machine import (
 __all__ = [
     "DIGEST_REFRESH",
     "DIGEST_RESYNC",
+    "ENVELOPE_SIZE",
+    "Frontier",
     "MachineOutput",
     "MemberDown",
     "MemberUp",
@@ -36,4 +39,5 @@ __all__ = [
     "Superseded",
     "SuspicionCorrected",
     "Verify",
+    "envelope_of",
 ]

@@ -33,7 +33,8 @@ from typing import Any
 
 from p2p._membership import Peer, RecordGossip, records_digest
 from p2p._wire import Control, Leave, Members
-from topics import VCubePS
+from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
+from topics import LocalProtocolError, VCubePS
 from vcube import (
     Corrected,
     Detector,
@@ -235,6 +236,9 @@ class NodeMachine:
         machine hands it to the detector before any probe leaves or expires."""
         self.topics: set[str] = set()
         """The application's topics (subscribed and not unsubscribed)."""
+        self.frontier = Frontier(incarnation)
+        """Ordinals of this node's publications and what it delivered per
+        source: kept across its incarnations, so a loss is counted."""
         self.records_learned = 0
         self.record = b""
         """This node's own signed record (set by the driver; no record, no gossip)."""
@@ -285,11 +289,29 @@ class NodeMachine:
     def unsubscribe(self, topic: str, now: float) -> Out:
         out: Out = self.core.unsubscribe(topic, now)
         self.topics.discard(topic)
+        self.frontier.forget(topic)
         return out
 
     def publish(self, topic: str, payload: bytes, now: float) -> Out:
-        out: Out = self.core.publish(topic, payload, now)
+        """Publish ``payload`` behind its envelope (``p2p.machine._frontier``),
+        which takes :data:`ENVELOPE_SIZE` bytes of the core's ``max_payload``
+        (a driver that promises the application ``max_payload`` gives its
+        cores that much more, as the runtime does)."""
+        room = self.core.config.max_payload - ENVELOPE_SIZE
+        if len(payload) > room:
+            raise LocalProtocolError(
+                f"payload of {len(payload)} bytes exceeds {room} (the core's max_payload "
+                f"less the {ENVELOPE_SIZE}-byte envelope)"
+            )
+        out: Out = self.core.publish(topic, self.frontier.envelope(topic) + payload, now)
+        self.frontier.published(topic)
         return out
+
+    def delivered(self, topic: str, source: int, payload: bytes) -> int:
+        """A publication of another node is handed to the application: how many
+        of its source's publications on ``topic`` this node will not get before
+        it (:meth:`Frontier.delivered`; 0 but after a loss)."""
+        return self.frontier.delivered(topic, source, payload)
 
     def receive(self, sender: int, packet: Any, now: float) -> Out:
         """A core packet from ``sender`` (an authenticated peer)."""

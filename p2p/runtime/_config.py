@@ -74,6 +74,15 @@ class NodeConfig:
     """The fleet's revocation list to follow (read at start and whenever it
     changes; ``p2p fleet revoke --to``); ``open_node(NODE_DIR)`` follows
     ``NODE_DIR/revoked.cbor`` when this is ``None``."""
+    frontier_file: str | Path | None = None
+    """Where the delivery frontier is kept (what was delivered last per topic
+    and source), so that after a restart the publications missed while the
+    node was down are counted (``Delivery.missed``); ``open_node(NODE_DIR)``
+    keeps ``NODE_DIR/frontier.cbor`` when this is ``None``."""
+    frontier_interval: float = 1.0
+    """Seconds between writes of the frontier file (when it changed), and at
+    the close.  After a crash (SIGKILL, power loss) the publications
+    delivered in the last interval are counted as missed too."""
     detector: bool = True
     """Run the failure detector (``False``: a crashed peer is never noticed and
     the rounds that wait for it stall, the behaviour before issue 5)."""
@@ -127,7 +136,7 @@ class NodeConfig:
         if self.max_frame > MAX_PLAINTEXT:
             raise NodeError(f"max_frame must be at most {MAX_PLAINTEXT}, got {self.max_frame}")
         positive = ("handshake_timeout", "seed_interval", "telemetry_window",
-                    "telemetry_upload_interval")  # fmt: skip
+                    "telemetry_upload_interval", "frontier_interval")  # fmt: skip
         for name in (*positive, "drain_timeout", "max_backoff"):
             value = getattr(self, name)
             # "not >= 0" also refuses NaN, which passed "< 0" and became a trio deadline

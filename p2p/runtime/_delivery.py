@@ -6,9 +6,10 @@ The node side of the hand-off is :meth:`Node._deliver
 Invariant: a subscription holds at most ``capacity`` deliveries (beyond it a
 delivery is dropped and counted in ``dropped``, never silently), hands them
 out in the order the node queued them, and lets other tasks run at least
-every :data:`DELIVERY_BATCH` deliveries.  The payload envelope (:data:`_STAMP`,
-the publisher's wall clock in front of the application's bytes) is defined
-here, where :attr:`Delivery.published_at` comes from.
+every :data:`DELIVERY_BATCH` deliveries.  The runtime's part of the payload
+envelope (:data:`_STAMP`, the publisher's wall clock in front of the
+application's bytes, behind the machine's ordinal envelope) is defined here,
+where :attr:`Delivery.published_at` comes from.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ class Delivery:
 
     ``published_at`` is the publisher's wall clock (Unix seconds) when it
     published: comparable across hosts only as far as their clocks agree.
+
+    ``missed`` is the gap event: how many publications of ``source`` on this
+    topic came after the one this subscriber delivered last and before this
+    one, and will not reach it (published while it was cut off by a
+    partition, or away; see docs/failures.md).  0 but after a loss; each
+    loss is counted once, exactly, on the delivery that follows it.
     """
 
     topic: str
@@ -36,6 +43,7 @@ class Delivery:
     payload: bytes
     own: bool
     published_at: float = 0.0
+    missed: int = 0
 
 
 _STAMP = struct.Struct(">d")
@@ -44,20 +52,27 @@ _STAMP_SIZE = _STAMP.size
 _unpack_stamp = _STAMP.unpack_from
 
 
-def _delivery_maker() -> Callable[[str, int, int, int, bytes, bool, float], Delivery]:
+def _delivery_maker() -> Callable[[str, int, int, int, bytes, bool, float, int], Delivery]:
     """A constructor of :class:`Delivery` that fills its slots directly, without the
-    frozen dataclass' ``__init__`` (seven ``object.__setattr__`` calls per delivery);
+    frozen dataclass' ``__init__`` (eight ``object.__setattr__`` calls per delivery);
     the class itself if its fields are not the ones this code knows."""
-    names = ("topic", "source", "incarnation", "seq", "payload", "own", "published_at")
+    names = ("topic", "source", "incarnation", "seq", "payload", "own", "published_at", "missed")
     if not tuple(f.name for f in fields(Delivery)) == names == Delivery.__slots__:
         return Delivery
-    s_topic, s_source, s_inc, s_seq, s_payload, s_own, s_at = (
+    s_topic, s_source, s_inc, s_seq, s_payload, s_own, s_at, s_missed = (
         Delivery.__dict__[n].__set__ for n in names
     )
     new = object.__new__
 
     def make(
-        topic: str, source: int, inc: int, seq: int, payload: bytes, own: bool, at: float
+        topic: str,
+        source: int,
+        inc: int,
+        seq: int,
+        payload: bytes,
+        own: bool,
+        at: float,
+        missed: int,
     ) -> Delivery:
         d: Delivery = new(Delivery)
         s_topic(d, topic)
@@ -67,6 +82,7 @@ def _delivery_maker() -> Callable[[str, int, int, int, bytes, bool, float], Deli
         s_payload(d, payload)
         s_own(d, own)
         s_at(d, at)
+        s_missed(d, missed)
         return d
 
     return make

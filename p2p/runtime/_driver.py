@@ -24,6 +24,7 @@ from p2p._membership import records_digest
 from p2p._revocation import RevocationList, load_revocations
 from p2p._wire import Control, Leave, Members, Revoked, WireError, encode_packets, frame
 from p2p.machine import (
+    ENVELOPE_SIZE,
     MemberDown,
     MemberUp,
     Reincarnated,
@@ -210,11 +211,14 @@ class _Driver(_NodeState):
         if self._trace is not None:
             self._trace("deliver", d.topic, source, seq, incarnation)
         payload = d.payload
-        if len(payload) < _STAMP_SIZE:  # no honest member sends this
+        if len(payload) < _HEAD:  # no honest member sends this
             self.stats["malformed_payload"] += 1
             log.error("publication %r on %r has no envelope: not delivered", mid, d.topic)
             return
-        (stamp,) = _unpack_stamp(payload)
+        (stamp,) = _unpack_stamp(payload, ENVELOPE_SIZE)
+        missed = 0 if d.own else self.machine.delivered(d.topic, source, payload)
+        if missed:
+            self._missed(d.topic, source, incarnation, missed)
         if self.recorder is not None and not d.own:
             now = self._now
             if mid == self._arrived:  # delivered in the batch it arrived in
@@ -240,11 +244,25 @@ class _Driver(_NodeState):
             )
             return
         queue.append(
-            _new_delivery(d.topic, source, incarnation, seq, payload[_STAMP_SIZE:], d.own, stamp)
+            _new_delivery(d.topic, source, incarnation, seq, payload[_HEAD:], d.own, stamp, missed)
         )
         if sub._parked:
             sub._parked = False
             sub._waiting.unpark_all()
+
+    def _missed(self, topic: str, source: int, incarnation: int, count: int) -> None:
+        """A gap: ``count`` publications of ``source`` on ``topic`` will not reach
+        this node (traced, counted, logged; the next delivery carries it)."""
+        self.stats["missed"] += count
+        if self._trace is not None:
+            self._trace("gap", topic, source, count, incarnation)
+        self.quiet.warn(
+            ("missed", (topic, source)),
+            "missed %d publications of %016x on %r (published while this node was away)",
+            count,
+            source,
+            topic,
+        )
 
     def _link(self, dest: int) -> _Link:
         link = self._links.get(dest)
@@ -444,6 +462,9 @@ class _Driver(_NodeState):
             self._subscribed.setdefault(topic, trio.Event())
             self._trace_event("subscribe", topic, None, None)
 
+
+_HEAD = ENVELOPE_SIZE + _STAMP_SIZE
+"""Bytes ahead of the application's payload: the machine's envelope, the publish stamp."""
 
 _ONE_OFF_ERRORS = (
     OSError,

@@ -37,6 +37,13 @@ from p2p._wire import Leave
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP, MembershipEvent, Subscription
 from p2p.runtime._discovery import Discovery
+from p2p.runtime._frontier_file import (
+    FRONTIER_FILE,
+    FrontierFileError,
+    Frontiers,
+    load_frontiers,
+    save_frontiers,
+)
 from p2p.runtime._liveness import incarnation_of
 from p2p.runtime._serve import _Server
 from topics import Output, Published
@@ -296,6 +303,46 @@ class Node(_Server):
             ) as exc:
                 log.warning("final telemetry upload failed (kept for the next start): %s", exc)
 
+    def _restore_frontier(self) -> None:
+        """Take the frontier the node's previous process kept (a corrupt file:
+        one log line, and nothing is counted as missed across this restart)."""
+        assert self._frontier_file is not None
+        try:
+            self.machine.frontier.restore(load_frontiers(self._frontier_file))
+        except FrontierFileError as exc:
+            log.warning("%s; publications missed before this start are not counted", exc)
+        self._frontier_saved = self.machine.frontier.changes
+
+    async def _keep_frontier(self) -> None:
+        """Write the frontier every ``frontier_interval`` seconds when it moved
+        (in a worker thread: the fsyncs never stall the event loop)."""
+        while True:
+            await trio.sleep(self.config.frontier_interval)
+            frontier = self.machine.frontier
+            if frontier.changes != self._frontier_saved:
+                changes, state = frontier.changes, frontier.frontiers()
+                await trio.to_thread.run_sync(self._write_frontier, changes, state)
+
+    def _save_frontier(self) -> None:
+        """At the close: the frontier as it ends."""
+        frontier = self.machine.frontier
+        if frontier.changes != self._frontier_saved:
+            self._write_frontier(frontier.changes, frontier.frontiers())
+
+    def _write_frontier(self, changes: int, state: Frontiers) -> None:
+        """Write ``state`` (the frontier at ``changes``) unless a newer one was
+        written (the close and the last periodic write may overlap); a failure
+        is logged, never raised."""
+        with self._frontier_lock:
+            if changes <= self._frontier_saved or self._frontier_file is None:
+                return
+            try:
+                save_frontiers(self._frontier_file, state)
+            except OSError as exc:
+                self.quiet.error(("frontier", None), "cannot keep the frontier: %s", exc)
+                return
+            self._frontier_saved = changes
+
     def _follow_wall_clock(self) -> None:
         """Renew ``_wall_offset`` (at the recorder's start and every window, so a
         step of the wall clock shows in latencies within one window)."""
@@ -345,6 +392,8 @@ async def open_node(
     cfg = config or NodeConfig()
     if cfg.revocation_file is None:  # a member follows the list in its directory
         cfg = replace(cfg, revocation_file=Path(node_dir) / REVOKED_FILE)
+    if cfg.frontier_file is None:  # and keeps what it delivered there
+        cfg = replace(cfg, frontier_file=Path(node_dir) / FRONTIER_FILE)
     with lock_identity(node_dir):
         async with _open_node(loaded, cfg, trace) as node:
             yield node
@@ -381,6 +430,10 @@ async def _open_node(
         node._nursery = nursery
         node.record = node._sign_record()
         node._follow_revocation_file(trio.current_time())
+        if cfg.frontier_file is not None:
+            node._frontier_file = Path(cfg.frontier_file)
+            node._restore_frontier()
+            nursery.start_soon(node._keep_frontier)
         if node.detector is not None:
             nursery.start_soon(node._detect)
         for seed in cfg.seeds:
@@ -432,6 +485,7 @@ async def _open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
+            node._save_frontier()
 
 
 def _names_self(seed: str, interface: str, port: int) -> bool:

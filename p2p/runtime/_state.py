@@ -13,6 +13,7 @@ paths and never reassigned; only the machine changes them.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -30,7 +31,7 @@ from p2p._revocation import RevocationList
 from p2p._secure import SecureSession, sign_record
 from p2p._transport import Quiet, dial_secure, fd_budget, verified_peer
 from p2p._wire import WireLimits
-from p2p.machine import NodeMachine
+from p2p.machine import ENVELOPE_SIZE, NodeMachine
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, Subscription
 from p2p.runtime._link import _Link
@@ -86,9 +87,11 @@ class _NodeState:
         self.config = config
         self.id = identity.node_id
         self.port = 0
-        # The core and the wire carry the payload behind its 8-byte stamp (_STAMP),
-        # so they allow max_payload + 8 and the application gets max_payload exactly.
-        stamped = replace(config.pubsub, max_payload=config.pubsub.max_payload + _STAMP_SIZE)
+        # The core and the wire carry the payload behind the machine's envelope
+        # and the 8-byte stamp (_STAMP), so they allow max_payload + 24 and the
+        # application gets max_payload exactly.
+        head = ENVELOPE_SIZE + _STAMP_SIZE
+        stamped = replace(config.pubsub, max_payload=config.pubsub.max_payload + head)
 
         def make_core(incarnation: int) -> VCubePS:
             return VCubePS(
@@ -141,6 +144,12 @@ class _NodeState:
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
         self._revocations: RevocationList | None = None
         self._revocation_file: Path | None = None
+        self._frontier_file: Path | None = None
+        """Where the delivery frontier is kept (``NodeConfig.frontier_file``)."""
+        self._frontier_saved = 0
+        """``frontier.changes`` when it was last written."""
+        self._frontier_lock = threading.Lock()
+        """Serializes frontier writes (a worker thread's and the close's)."""
         self._revocation_seen: tuple[int, int] | None = None
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
@@ -169,6 +178,7 @@ class _NodeState:
                 "control_dropped",
                 "sent_to_crashed",
                 "lost_to_crash",
+                "missed",
                 "detector_bytes_sent",
                 "suspicions",
                 "corrections",

@@ -79,7 +79,7 @@ Cost: one frontier merge per delivery, ``O(deliveries x sources per topic)``.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -221,6 +221,10 @@ class TraceChecker:
         self._pub_topic: dict[tuple[int, int], str] = {}
         self._blocked: dict[tuple[int, int], list[int]] = {}
         self._found: list[Violation] = []
+        self._gaps: Counter[tuple[int, str, int]] = Counter()
+        """Publications reported missed, per (node, topic, source) (``gap`` events)."""
+        self._got: Counter[tuple[int, str, int]] = Counter()
+        """Deliveries per (node, topic, source), over all of the node's lives."""
         self.events = 0
         """Events processed so far (excluding those waiting for their publication)."""
 
@@ -276,6 +280,10 @@ class TraceChecker:
             return []
         if kind == "deliver":
             self._on_deliver(ev)
+            if ev.source is not None:
+                self._got[(ev.node, ev.topic, ev.source)] += 1
+        elif kind == "gap":
+            self._on_gap(ev)
         elif kind == "publish":
             return self._on_publish(ev)
         elif kind == "subscribe":
@@ -289,6 +297,27 @@ class TraceChecker:
         else:
             self._report("malformed", ev, f"unknown event {kind!r}")
         return []
+
+    def _on_gap(self, ev: TraceEvent) -> None:
+        """A reported loss: ``seq`` is the count of publications of ``source``
+        the node says it will not get (checked against what was published in
+        :meth:`_invented_gaps`)."""
+        if ev.source is None or ev.seq is None or ev.seq <= 0:
+            self._report("malformed", ev, "a gap names its source and a positive count")
+            return
+        self._gaps[(ev.node, ev.topic, ev.source)] += ev.seq
+
+    def _invented_gaps(self) -> list[Violation]:
+        """A node that reports more publications of a source missed than the
+        source made, less those the node delivered, invented a loss."""
+        made: Counter[tuple[str, int]] = Counter((t, src) for t, src, _ in self._pubs)
+        out = []
+        for (n, topic, src), count in sorted(self._gaps.items()):
+            room = made[(topic, src)] - self._got[(n, topic, src)]
+            if count > room:
+                why = f"reported {count} publications of {src} missed, only {room} not delivered"
+                out.append(Violation("gap", n, topic, why))
+        return out
 
     def close(self) -> None:
         """Declare the trace complete: deliveries still waiting count as ``invented``.
@@ -468,6 +497,7 @@ class TraceChecker:
         """
         found = list(self._found)
         found.extend(self._unresolved())
+        found.extend(self._invented_gaps())
         if quiescent:
             found.extend(self._liveness())
         return found

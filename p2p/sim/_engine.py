@@ -25,6 +25,7 @@ from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
 from p2p._wire import WireLimits, decode_body, encode_packets
 from p2p.machine import (
+    Frontier,
     NodeMachine,
 )
 from p2p.sim._delay import DelayModel
@@ -177,6 +178,8 @@ class Simulation:
             self.nodes = {n: self._make(n, config) for n in node_ids}
         self.clocks = {n: _NodeClock() for n in node_ids}
         self.machines: dict[int, NodeMachine] = {}
+        self._frontiers: dict[int, Frontier] = {}
+        """Ordinals and frontiers of nodes without a machine (:meth:`_frontier`)."""
         """With a ``detector``: each node's :class:`NodeMachine` (its core is
         ``nodes[n]``), and membership comes from the real failure detector."""
         self.now = 0.0
@@ -625,15 +628,22 @@ class Simulation:
 
     def _call(self, action: str, node: int, topic: str, payload: bytes, start: float) -> None:
         """Make the call at ``start``; its sends leave one ``t_pc`` later."""
-        core: Core | NodeMachine = self.machines.get(node) or self.nodes[node]
+        machine = self.machines.get(node)
+        core: Core | NodeMachine = machine or self.nodes[node]
         clock = self.clocks[node]
         try:
             if action == "SUB":
                 out = core.subscribe(topic, start)
             elif action == "UNS":
                 out = core.unsubscribe(topic, start)
-            else:
-                out = core.publish(topic, payload, start)
+                if machine is None:
+                    self._frontier(node).forget(topic)
+            elif machine is not None:
+                out = machine.publish(topic, payload, start)
+            else:  # the machine's envelope, so both membership modes carry the same bytes
+                frontier = self._frontier(node)
+                out = core.publish(topic, frontier.envelope(topic) + payload, start)
+                frontier.published(topic)
         except LocalProtocolError as exc:
             self.recorder.refused(start, node, action, topic, str(exc))
             return
@@ -711,7 +721,19 @@ class Simulation:
                 delay = self.detect_delay + self.rng.uniform(0, self.detect_jitter)
                 self._push(self.now + delay, self._NOTIFY, (other, node, inc, crash))
 
+    def _frontier(self, node: int) -> Frontier:
+        """``node``'s ordinals and delivery frontier: its machine's, or (oracle
+        membership, no machine) one per process of the engine's own."""
+        machine = self.machines.get(node)
+        if machine is not None:
+            return machine.frontier
+        frontier = self._frontiers.get(node)
+        if frontier is None:
+            frontier = self._frontiers[node] = Frontier(self.incarnation[node])
+        return frontier
+
     def _restart(self, node: int) -> None:
+        self._frontiers.pop(node, None)  # a new process: nothing delivered yet
         old = cast(VCubePS, self.nodes[node])
         self.down.discard(node)
         inc = self.incarnation[node] = self.incarnation[node] + 1
@@ -780,6 +802,10 @@ class Simulation:
                 sends.append(o)
                 continue
             if isinstance(o, Delivered):
+                if not o.own:  # the envelope's ordinal: a gap before this delivery?
+                    missed = self._frontier(node).delivered(o.topic, o.id.source, o.payload)
+                    if missed:
+                        rec.gap(at, node, o.topic, o.id.source, missed)
                 rec.delivered(at, node, o.topic, o.id, o.own)
             elif isinstance(o, Received):
                 rec.received(at, node, o.topic, o.id, o.relay)

@@ -26,6 +26,8 @@ class TraceEvent:
     topic: str
     source: int | None
     seq: int | None
+    """The publication's sequence number; on a ``gap``, the count of
+    publications of ``source`` the node reported it will not get."""
     view: tuple[int, ...] | None = None
     """On a ``publish`` only, when the run has partial membership: the
     subscribers in the publisher's view as it published (scenario indices).
@@ -92,6 +94,8 @@ class Recorder:
     last_delivery: dict[MsgId, float] = field(default_factory=dict)
     false_positives: int = 0
     deliveries: int = 0
+    missed: int = 0
+    """Publications reported missed (gap events), over all nodes."""
     subscribe_called: dict[tuple[int, str], float] = field(default_factory=dict)
     subscribe_latency: list[float] = field(default_factory=list)
     refusals: list[tuple[float, int, str, str, str]] = field(default_factory=list)
@@ -170,6 +174,14 @@ class Recorder:
                 self.last_delivery[mid] = time
         if self.record_trace:
             self._add(time, node, "deliver", topic, mid)
+
+    def gap(self, time: float, node: int, topic: str, source: int, count: int) -> None:
+        """``node`` will not get ``count`` publications of ``source`` (a ``gap``
+        event: its ``seq`` is the count)."""
+        self.missed += count
+        if self.record_trace:
+            ev = TraceEvent(time, self.index[node], "gap", topic, self.index.get(source), count)
+            self.trace.append(ev)
 
     def received(self, time: float, node: int, topic: str, mid: MsgId, relay: bool) -> None:
         if relay:

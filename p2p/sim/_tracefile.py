@@ -6,7 +6,9 @@ index (integers); real nodes name them by 64-bit id as 16 hex digits and add
 ``inc``, the incarnation the event belongs to.  A node restarted with the
 same id writes events under a new incarnation (often to a new file): the
 loader turns each change of incarnation into a ``crash`` and a ``recover``
-event, which is what the checker expects of a restart.
+event, which is what the checker expects of a restart.  A ``gap`` line is a
+loss the node reported: ``source`` will not reach it ``seq`` times (its
+``seq`` is that count).
 
 Per node, events must come in that node's processing order: the order of
 lines within one file.  Files of one node are taken oldest first.
@@ -25,7 +27,7 @@ from p2p._errors import P2PError
 from p2p.sim._recorder import TraceEvent
 
 EVENTS = frozenset(
-    {"subscribe", "subscribed", "unsubscribe", "publish", "deliver", "crash", "recover"}
+    {"subscribe", "subscribed", "unsubscribe", "publish", "deliver", "gap", "crash", "recover"}
 )
 MAX_LINE = 1 << 20
 MAX_VIEW = 1 << 16
@@ -104,7 +106,7 @@ def _parse(obj: Any, names: dict[int, str]) -> _Line:
         source, label = _node_id(obj["source"], "source")
         names.setdefault(source, label)
     seq = _opt_int(obj, "seq")
-    if event in ("publish", "deliver") and (source is None or seq is None):
+    if event in ("publish", "deliver", "gap") and (source is None or seq is None):
         raise ValueError(f"{event} needs source and seq")
     view = _view(obj.get("view"), names)
     return _Line(float(time), node, event, topic, source, seq, _opt_int(obj, "inc"), view)
@@ -150,12 +152,12 @@ def _restarts(lines: Sequence[_Line]) -> list[TraceEvent]:
     """One node's lines as events, a ``crash`` + ``recover`` where ``inc`` changes.
 
     Only the node's own events say which incarnation it runs: a delivery's
-    ``inc`` is its source's incarnation, so it is not looked at.
+    or a gap's ``inc`` is its source's incarnation, so it is not looked at.
     """
     out: list[TraceEvent] = []
     current: int | None = None
     for line in lines:
-        own = line.event != "deliver"
+        own = line.event not in ("deliver", "gap")
         if own and line.inc is not None:
             if (
                 current is not None

@@ -1,0 +1,242 @@
+"""Gap events: a publication a subscriber will not get is counted, never silent.
+
+Checked here: the envelope's arithmetic (``p2p.machine._frontier``); that a
+publication the core refuses takes no ordinal; that the frontier survives
+the node's own reincarnation; in the simulator, the healed partition of
+``tests/test_partition.py``, where every subscriber's deliveries plus its
+reported gaps account for every publication exactly; that the trace checks
+flag a gap counting more than was missed; that ``p2p check`` reads ``gap``
+lines; and, on real nodes, that a subscriber back as a new incarnation gets
+``Delivery.missed`` and a ``gap`` trace line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import cbor2
+import pytest
+from test_partition import COUNT, _deaf_fleet
+
+from p2p.machine import ENVELOPE_SIZE, Frontier, envelope_of
+from p2p.sim import DETECTOR, Simulation, TraceChecker, TraceEvent, check_trace
+from p2p.sim._tracefile import load_traces
+from topics import NotSubscribedError
+
+
+def _pub(frontier: Frontier, topic: str, body: bytes = b"x") -> bytes:
+    payload = frontier.envelope(topic) + body
+    frontier.published(topic)
+    return payload
+
+
+def test_ordinals_count_per_topic_and_gaps_are_exact() -> None:
+    pub, sub = Frontier(epoch=7), Frontier(epoch=1)
+    a = [_pub(pub, "a") for _ in range(6)]
+    b = _pub(pub, "b")
+    assert [envelope_of(p) for p in a[:2]] == [(7, 0), (7, 1)]
+    assert envelope_of(b) == (7, 0)
+    assert len(b) == ENVELOPE_SIZE + 1
+    assert sub.delivered("a", 9, a[1]) == 0  # the first: nothing owed before it
+    assert sub.delivered("a", 9, a[2]) == 0
+    assert sub.delivered("a", 9, a[5]) == 2  # 3 and 4 will not come
+    assert sub.delivered("a", 9, a[4]) == 0  # late: already counted, frontier stays
+    assert sub.delivered("b", 9, b) == 0  # another topic, its own numbering
+    assert sub.missed == 2
+
+
+def test_a_restarted_source_starts_a_new_numbering() -> None:
+    old, sub = Frontier(epoch=3), Frontier(epoch=1)
+    first = [_pub(old, "t") for _ in range(10)]
+    new = Frontier(epoch=5)  # the same id, a new process
+    second = [_pub(new, "t") for _ in range(4)]
+    assert sub.delivered("t", 2, first[8]) == 0
+    assert sub.delivered("t", 2, second[3]) == 3  # the new process's 0..2
+    assert sub.delivered("t", 2, first[9]) == 0  # the older process, late
+    sub.forget("t")
+    assert sub.delivered("t", 2, second[3]) == 0  # a new subscription owes nothing
+
+
+def test_a_refused_publication_takes_no_ordinal() -> None:
+    sim = Simulation([1, 2], seed=1, detector=DETECTOR)
+    machine = sim.machines[1]
+    with pytest.raises(NotSubscribedError):
+        machine.publish("t", b"x", 0.0)
+    assert machine.frontier.envelope("t") == Frontier(machine.frontier.epoch).envelope("t")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("small", [(0, 1), (2, 3, 4)], ids=["publisher-small", "publisher-large"])
+def test_a_healed_partition_accounts_for_every_publication(
+    seed: int, small: tuple[int, ...]
+) -> None:
+    """Every subscriber, on either side, delivers or is told it missed each of
+    the publisher's :data:`COUNT` publications, exactly once."""
+    sim = _deaf_fleet(seed, small)
+    sim.run()
+    trace = sim.recorder.trace
+    assert check_trace(trace, quiescent=True) == []
+    got = Counter(e.node for e in trace if e.event == "deliver" and e.source == 0)
+    missed: Counter[int] = Counter()
+    for e in trace:
+        if e.event == "gap" and e.source == 0:
+            assert e.seq is not None
+            missed[e.node] += e.seq
+    assert {n: got[n] + missed[n] for n in range(1, 6)} == dict.fromkeys(range(1, 6), COUNT)
+    apart = [n for n in range(1, 6) if (n in small) != (0 in small)]  # not with the publisher
+    assert all(missed[n] > 400 for n in apart), missed  # the 25 s the sides were apart
+
+
+def test_the_checks_flag_a_gap_that_counts_more_than_was_missed() -> None:
+    checker = TraceChecker()
+    checker.feed(
+        [
+            TraceEvent(0.0, 0, "subscribe", "t", 0, None),
+            TraceEvent(0.0, 1, "subscribe", "t", 1, None),
+            TraceEvent(1.0, 0, "publish", "t", 0, 0),
+            TraceEvent(2.0, 0, "publish", "t", 0, 1),
+            TraceEvent(3.0, 1, "deliver", "t", 0, 0),
+            TraceEvent(4.0, 1, "gap", "t", 0, 2),
+        ]
+    )
+    found = [v for v in checker.violations() if v.kind == "gap"]
+    assert len(found) == 1, found
+    assert "only 1 not delivered" in found[0].detail
+
+
+def test_p2p_check_reads_gap_lines(tmp_path: Path) -> None:
+    a, b = "00000000000000a1", "00000000000000b2"
+    rows = [
+        {"time": 0.0, "node": a, "event": "subscribe", "topic": "t", "source": None,
+         "seq": None, "inc": 1},
+        {"time": 0.5, "node": a, "event": "publish", "topic": "t", "source": a, "seq": 0, "inc": 1},
+        {"time": 0.6, "node": a, "event": "publish", "topic": "t", "source": a, "seq": 1, "inc": 1},
+        {"time": 0.0, "node": b, "event": "subscribe", "topic": "t", "source": None,
+         "seq": None, "inc": 4},
+        {"time": 1.0, "node": b, "event": "gap", "topic": "t", "source": a, "seq": 1, "inc": 1},
+        {"time": 1.0, "node": b, "event": "deliver", "topic": "t", "source": a, "seq": 1, "inc": 1},
+    ]  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = load_traces([path])
+    gaps = [e for e in loaded.events if e.event == "gap"]
+    assert len(gaps) == 1
+    assert gaps[0].seq == 1
+    assert [e.event for e in loaded.events].count("crash") == 0  # a gap's inc is its source's
+    assert check_trace(loaded.events) == []
+
+
+def test_the_frontier_file_round_trips_and_refuses_junk(tmp_path: Path) -> None:
+    from p2p.runtime._frontier_file import (
+        MAX_FRONTIER_BYTES,
+        FrontierFileError,
+        load_frontiers,
+        save_frontiers,
+    )
+
+    path = tmp_path / "frontier.cbor"
+    assert load_frontiers(path) == {}  # none yet: start from nothing
+    state = {"t": {1 << 63: (5, 41), 7: (0, 0)}, "u": {}}
+    save_frontiers(path, state)
+    assert load_frontiers(path) == state
+    assert [p.name for p in tmp_path.iterdir()] == ["frontier.cbor"]  # no temporary left
+    for junk in (b"", b"\xff\x00junk", cbor2.dumps({"v": 1, "frontiers": {"t": [[1, -2, 3]]}})):
+        path.write_bytes(junk)
+        with pytest.raises(FrontierFileError):
+            load_frontiers(path)
+    path.write_bytes(b"\x00" * (MAX_FRONTIER_BYTES + 1))
+    with pytest.raises(FrontierFileError, match="at most"):
+        load_frontiers(path)
+
+
+def test_a_restarted_subscriber_is_told_what_it_missed(tmp_path: Path) -> None:
+    """Real nodes on loopback: the subscriber stops (cleanly), 10 publications
+    are made while it is down, and when it is back with the same directory
+    the first delivery says it missed exactly 10."""
+    import trio
+
+    from p2p.fleet import add_node, init_fleet
+    from p2p.runtime import NodeConfig, open_node
+
+    init_fleet(tmp_path / "f", psk=True)
+    pub_dir, sub_dir = tmp_path / "pub", tmp_path / "sub"
+    add_node(tmp_path / "f", pub_dir, name="pub")
+    add_node(tmp_path / "f", sub_dir, name="sub")
+    got: list[tuple[bytes, int]] = []
+
+    async def subscriber(seed: str, count: int) -> None:
+        cfg = NodeConfig(discovery=False, seeds=(seed,))
+        async with open_node(sub_dir, cfg) as sub:
+            subscription = await sub.subscribe("t")
+            with trio.fail_after(20):
+                async for d in subscription:
+                    got.append((d.payload, d.missed))
+                    if len(got) == count:
+                        return
+
+    async def publish(node, first: int, n: int) -> None:  # type: ignore[no-untyped-def]
+        for i in range(first, first + n):
+            await node.publish("t", b"m%d" % i, wait_acked=True)
+
+    async def main() -> None:
+        async with open_node(pub_dir, NodeConfig(discovery=False)) as pub:
+            await pub.subscribe("t")
+            seed = f"127.0.0.1:{pub.port}"
+            for first, stop in ((0, 10), (20, 20)):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(subscriber, seed, stop)
+                    with trio.fail_after(20):
+                        while len(pub.core.view("t")) < 2:
+                            await trio.sleep(0.05)
+                    await publish(pub, first, 10)
+                if first == 0:  # down: the subscriber's LEAVE has reached the publisher
+                    with trio.fail_after(20):
+                        while len(pub.core.view("t")) > 1:
+                            await trio.sleep(0.05)
+                    await publish(pub, 10, 10)
+
+    trio.run(main)
+    assert [p for p, _ in got] == [b"m%d" % i for i in (*range(10), *range(20, 30))]
+    assert [m for _, m in got] == [0] * 10 + [10] + [0] * 9
+    assert load_frontier_count(sub_dir) == 1
+
+
+def load_frontier_count(node_dir: Path) -> int:
+    from p2p.runtime._frontier_file import load_frontiers
+
+    return len(load_frontiers(node_dir / "frontier.cbor")["t"])
+
+
+def test_a_corrupt_frontier_file_costs_one_line_not_the_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import trio
+
+    from p2p.fleet import add_node, init_fleet
+    from p2p.runtime import NodeConfig, open_node
+
+    init_fleet(tmp_path / "f", psk=True)
+    add_node(tmp_path / "f", tmp_path / "n", name="n")
+    (tmp_path / "n" / "frontier.cbor").write_bytes(b"\xa1junk")
+
+    async def main() -> None:
+        async with open_node(tmp_path / "n", NodeConfig(discovery=False)) as node:
+            await node.subscribe("t")
+
+    trio.run(main)
+    lines = [r.getMessage() for r in caplog.records if "frontier" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "not counted" in lines[0]
+
+
+def test_p2p_sub_prints_the_gap() -> None:
+    from p2p.cli._nodecli import _format
+    from p2p.runtime import Delivery
+
+    d = Delivery("t", 0xAB, 1, 7, b"hi", False, 0.0, 3)
+    assert json.loads(_format(d, True)) == {
+        "topic": "t", "source": "00000000000000ab", "seq": 7, "payload": "hi", "missed": 3,
+    }  # fmt: skip
+    assert "missed" not in _format(Delivery("t", 0xAB, 1, 8, b"hi", False), True)
