@@ -241,6 +241,8 @@ async def _chat_interactively(node: Node, room: str) -> None:
 
 async def _show(sub: Subscription, last: list[tuple[str, int]]) -> None:
     async for d in sub:
+        if d.missed:  # the node was away (a split LAN, a restart): say so
+            print(f"[{sub.topic}] ({d.missed} messages from {d.source:016x} missed)", flush=True)
         line = ChatLine.decode(d.payload)
         if line is None:
             continue

@@ -16,7 +16,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import cbor2
 import pytest
 from test_partition import COUNT, _deaf_fleet
 
@@ -128,27 +127,35 @@ def test_p2p_check_reads_gap_lines(tmp_path: Path) -> None:
     assert check_trace(loaded.events) == []
 
 
-def test_the_frontier_file_round_trips_and_refuses_junk(tmp_path: Path) -> None:
-    from p2p.runtime._frontier_file import (
-        MAX_FRONTIER_BYTES,
-        FrontierFileError,
-        load_frontiers,
-        save_frontiers,
-    )
+def test_the_frontier_store_keeps_the_newest_valid_write(tmp_path: Path) -> None:
+    from p2p.runtime._frontier_file import MAX_FRONTIER_BYTES, FrontierFileError, FrontierStore
 
-    path = tmp_path / "frontier.cbor"
-    assert load_frontiers(path) == {}  # none yet: start from nothing
-    state = {"t": {1 << 63: (5, 41), 7: (0, 0)}, "u": {}}
-    save_frontiers(path, state)
-    assert load_frontiers(path) == state
-    assert [p.name for p in tmp_path.iterdir()] == ["frontier.cbor"]  # no temporary left
-    for junk in (b"", b"\xff\x00junk", cbor2.dumps({"v": 1, "frontiers": {"t": [[1, -2, 3]]}})):
-        path.write_bytes(junk)
+    path = tmp_path / "frontier"
+    assert FrontierStore(path).load() == {}  # none yet: start from nothing
+    store = FrontierStore(path)
+    states = [{"t": {1 << 63: (5, n), 7: (0, 0)}, "u": {}} for n in range(3)]
+    for state in states:
+        store.write(state)
+    store.sync()
+    store.close()
+    assert FrontierStore(path).load() == states[2]
+    newest = store.paths[0]  # writes alternate: .0, .1, .0
+    data = newest.read_bytes()
+    newest.write_bytes(data[:-3] + b"\x00\x00\x00")  # torn by a power loss
+    assert FrontierStore(path).load() == states[1]  # the other one
+    again = FrontierStore(path)
+    again.load()
+    again.write(states[0])  # never over the newest valid one
+    again.close()
+    assert FrontierStore(path).load() == states[0]
+    for junk in (b"", b"\xff\x00junk", b"P2FR" + bytes(16)):
+        for p in store.paths:
+            p.write_bytes(junk)
         with pytest.raises(FrontierFileError):
-            load_frontiers(path)
-    path.write_bytes(b"\x00" * (MAX_FRONTIER_BYTES + 1))
+            FrontierStore(path).load()
+    store.paths[0].write_bytes(b"\x00" * (MAX_FRONTIER_BYTES + 1))
     with pytest.raises(FrontierFileError, match="at most"):
-        load_frontiers(path)
+        FrontierStore(path).load()
 
 
 def test_a_restarted_subscriber_is_told_what_it_missed(tmp_path: Path) -> None:
@@ -204,9 +211,9 @@ def test_a_restarted_subscriber_is_told_what_it_missed(tmp_path: Path) -> None:
 
 
 def load_frontier_count(node_dir: Path) -> int:
-    from p2p.runtime._frontier_file import load_frontiers
+    from p2p.runtime._frontier_file import FrontierStore
 
-    return len(load_frontiers(node_dir / "frontier.cbor")["t"])
+    return len(FrontierStore(node_dir / "frontier").load()["t"])
 
 
 def test_a_corrupt_frontier_file_costs_one_line_not_the_start(
@@ -219,7 +226,7 @@ def test_a_corrupt_frontier_file_costs_one_line_not_the_start(
 
     init_fleet(tmp_path / "f", psk=True)
     add_node(tmp_path / "f", tmp_path / "n", name="n")
-    (tmp_path / "n" / "frontier.cbor").write_bytes(b"\xa1junk")
+    (tmp_path / "n" / "frontier.0").write_bytes(b"\xa1junk")
 
     async def main() -> None:
         async with open_node(tmp_path / "n", NodeConfig(discovery=False)) as node:

@@ -76,13 +76,14 @@ class NodeConfig:
     ``NODE_DIR/revoked.cbor`` when this is ``None``."""
     frontier_file: str | Path | None = None
     """Where the delivery frontier is kept (what was delivered last per topic
-    and source), so that after a restart the publications missed while the
-    node was down are counted (``Delivery.missed``); ``open_node(NODE_DIR)``
-    keeps ``NODE_DIR/frontier.cbor`` when this is ``None``."""
+    and source: two files, this path with ``.0`` and ``.1`` appended), so that
+    after a restart the publications missed while the node was down are
+    counted (``Delivery.missed``); ``open_node(NODE_DIR)`` keeps
+    ``NODE_DIR/frontier`` when this is ``None``."""
     frontier_interval: float = 1.0
-    """Seconds between writes of the frontier file (when it changed), and at
-    the close.  After a crash (SIGKILL, power loss) the publications
-    delivered in the last interval are counted as missed too."""
+    """Seconds between fsyncs of the frontier, which is written (without one)
+    after each batch of deliveries: a killed process loses none of it, a
+    power loss at most this interval's."""
     detector: bool = True
     """Run the failure detector (``False``: a crashed peer is never noticed and
     the rounds that wait for it stall, the behaviour before issue 5)."""

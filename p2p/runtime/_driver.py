@@ -105,6 +105,25 @@ class _Driver(_NodeState):
             self._arrived = None
         if self._eager and not self._stepping:
             self._write_eager()
+        if self._frontier_store is not None and self.machine.frontier.changes != (
+            self._frontier_saved
+        ):
+            self._write_frontier()
+
+    def _write_frontier(self) -> None:
+        """Write the frontier after the deliveries that moved it (one ``pwrite``,
+        no fsync: a killed process loses nothing written; ``_keep_frontier``
+        makes it durable).  A failure is logged, never raised."""
+        store = self._frontier_store
+        frontier = self.machine.frontier
+        if store is None or frontier.changes == self._frontier_saved:
+            return
+        try:
+            store.write(frontier.frontiers())
+        except OSError as exc:
+            self.quiet.error(("frontier", None), "cannot keep the frontier: %s", exc)
+            return
+        self._frontier_saved = frontier.changes
 
     def _write_eager(self) -> None:
         """Write what this step queued on idle connections, without waiting for

@@ -40,9 +40,7 @@ from p2p.runtime._discovery import Discovery
 from p2p.runtime._frontier_file import (
     FRONTIER_FILE,
     FrontierFileError,
-    Frontiers,
-    load_frontiers,
-    save_frontiers,
+    FrontierStore,
 )
 from p2p.runtime._liveness import incarnation_of
 from p2p.runtime._serve import _Server
@@ -303,45 +301,44 @@ class Node(_Server):
             ) as exc:
                 log.warning("final telemetry upload failed (kept for the next start): %s", exc)
 
-    def _restore_frontier(self) -> None:
-        """Take the frontier the node's previous process kept (a corrupt file:
-        one log line, and nothing is counted as missed across this restart)."""
-        assert self._frontier_file is not None
+    def _restore_frontier(self, path: Path) -> None:
+        """Take the frontier the node's previous process kept at ``path`` (none
+        valid: one log line, and nothing is counted as missed across this
+        restart)."""
+        store = self._frontier_store = FrontierStore(path)
         try:
-            self.machine.frontier.restore(load_frontiers(self._frontier_file))
+            self.machine.frontier.restore(store.load())
         except FrontierFileError as exc:
             log.warning("%s; publications missed before this start are not counted", exc)
-        self._frontier_saved = self.machine.frontier.changes
+        self._frontier_saved = self._frontier_synced = self.machine.frontier.changes
 
     async def _keep_frontier(self) -> None:
-        """Write the frontier every ``frontier_interval`` seconds when it moved
-        (in a worker thread: the fsyncs never stall the event loop)."""
+        """Make the frontier's writes durable every ``frontier_interval`` seconds
+        (fsync, in a worker thread: it never stalls the event loop)."""
+        store = self._frontier_store
+        assert store is not None
         while True:
             await trio.sleep(self.config.frontier_interval)
-            frontier = self.machine.frontier
-            if frontier.changes != self._frontier_saved:
-                changes, state = frontier.changes, frontier.frontiers()
-                await trio.to_thread.run_sync(self._write_frontier, changes, state)
+            if self._frontier_synced != self._frontier_saved:
+                synced = self._frontier_saved
+                try:
+                    await trio.to_thread.run_sync(store.sync)
+                except OSError as exc:
+                    self.quiet.error(("frontier", None), "cannot keep the frontier: %s", exc)
+                    continue
+                self._frontier_synced = synced
 
-    def _save_frontier(self) -> None:
-        """At the close: the frontier as it ends."""
-        frontier = self.machine.frontier
-        if frontier.changes != self._frontier_saved:
-            self._write_frontier(frontier.changes, frontier.frontiers())
-
-    def _write_frontier(self, changes: int, state: Frontiers) -> None:
-        """Write ``state`` (the frontier at ``changes``) unless a newer one was
-        written (the close and the last periodic write may overlap); a failure
-        is logged, never raised."""
-        with self._frontier_lock:
-            if changes <= self._frontier_saved or self._frontier_file is None:
-                return
-            try:
-                save_frontiers(self._frontier_file, state)
-            except OSError as exc:
-                self.quiet.error(("frontier", None), "cannot keep the frontier: %s", exc)
-                return
-            self._frontier_saved = changes
+    def _close_frontier(self) -> None:
+        """At the close: the last write, made durable."""
+        store = self._frontier_store
+        if store is None:
+            return
+        self._write_frontier()
+        try:
+            store.sync()
+        except OSError as exc:
+            log.error("cannot keep the frontier: %s", exc)
+        store.close()
 
     def _follow_wall_clock(self) -> None:
         """Renew ``_wall_offset`` (at the recorder's start and every window, so a
@@ -431,8 +428,7 @@ async def _open_node(
         node.record = node._sign_record()
         node._follow_revocation_file(trio.current_time())
         if cfg.frontier_file is not None:
-            node._frontier_file = Path(cfg.frontier_file)
-            node._restore_frontier()
+            node._restore_frontier(Path(cfg.frontier_file))
             nursery.start_soon(node._keep_frontier)
         if node.detector is not None:
             nursery.start_soon(node._detect)
@@ -485,7 +481,7 @@ async def _open_node(
             node._closed = True
             nursery.cancel_scope.cancel()
             _close_recorder(node)
-            node._save_frontier()
+            node._close_frontier()
 
 
 def _names_self(seed: str, interface: str, port: int) -> bool:

@@ -13,7 +13,6 @@ paths and never reassigned; only the machine changes them.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from p2p._wire import WireLimits
 from p2p.machine import ENVELOPE_SIZE, NodeMachine
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, Subscription
+from p2p.runtime._frontier_file import FrontierStore
 from p2p.runtime._link import _Link
 from p2p.runtime._liveness import (
     INC_FIELD,
@@ -144,12 +144,12 @@ class _NodeState:
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
         self._revocations: RevocationList | None = None
         self._revocation_file: Path | None = None
-        self._frontier_file: Path | None = None
+        self._frontier_store: FrontierStore | None = None
         """Where the delivery frontier is kept (``NodeConfig.frontier_file``)."""
         self._frontier_saved = 0
         """``frontier.changes`` when it was last written."""
-        self._frontier_lock = threading.Lock()
-        """Serializes frontier writes (a worker thread's and the close's)."""
+        self._frontier_synced = 0
+        """``frontier.changes`` when its last write was made durable."""
         self._revocation_seen: tuple[int, int] | None = None
         """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
