@@ -24,6 +24,7 @@ import struct
 __all__ = ["ENVELOPE_SIZE", "Frontier", "envelope_of"]
 
 _ENVELOPE = struct.Struct(">QQ")
+_unpack = _ENVELOPE.unpack_from
 ENVELOPE_SIZE = _ENVELOPE.size
 """Bytes the envelope adds ahead of the application's payload."""
 
@@ -68,15 +69,30 @@ class Frontier:
         ``topic`` the subscriber will not get before it (0 for the first
         delivery of a source on a topic: a subscription is not owed what came
         before it)."""
-        epoch, ordinal = envelope_of(payload)
+        epoch, ordinal = _unpack(payload)
+        self.changes += 1
         mine = self._last.get(topic)
         if mine is None:
             mine = self._last[topic] = {}
         last = mine.get(source)
-        self.changes += 1
-        if last is None:
-            mine[source] = (epoch, ordinal)
-            return 0
+        if last is not None:
+            last_epoch, last_ordinal = last
+            if epoch == last_epoch and ordinal == last_ordinal + 1:  # the usual case
+                mine[source] = (epoch, ordinal)
+                return 0
+            return self._jump(mine, source, last, epoch, ordinal)
+        mine[source] = (epoch, ordinal)
+        return 0
+
+    def _jump(
+        self,
+        mine: dict[int, tuple[int, int]],
+        source: int,
+        last: tuple[int, int],
+        epoch: int,
+        ordinal: int,
+    ) -> int:
+        """:meth:`delivered` past the next ordinal, or behind the frontier."""
         last_epoch, last_ordinal = last
         if epoch == last_epoch:
             if ordinal <= last_ordinal:
@@ -96,8 +112,9 @@ class Frontier:
             self.changes += 1
 
     def frontiers(self) -> dict[str, dict[int, tuple[int, int]]]:
-        """A copy of the subscriber's frontiers: topic -> source -> (epoch, ordinal)."""
-        return {topic: dict(per) for topic, per in self._last.items()}
+        """The subscriber's frontiers: topic -> source -> (epoch, ordinal); the
+        live table, to read (and write to disk) at once, never to change."""
+        return self._last
 
     def restore(self, frontiers: dict[str, dict[int, tuple[int, int]]]) -> None:
         """Take ``frontiers`` (of :meth:`frontiers`, kept by a process that ended)

@@ -46,6 +46,8 @@ class FrontierStore:
     def __init__(self, path: Path) -> None:
         self.paths = (path.with_name(path.name + ".0"), path.with_name(path.name + ".1"))
         self._fds: list[int | None] = [None, None]
+        self._sizes = [1 << 62, 1 << 62]
+        """Each file's length after the last write (unknown at first: truncate)."""
         self._counter = 0
         self._newest = 1  # the next write goes to the other file
 
@@ -83,8 +85,9 @@ class FrontierStore:
         data = _HEADER.pack(_MAGIC, self._counter, len(body), zlib.crc32(body)) + body
         fd = self._fd(slot)
         os.pwrite(fd, data, 0)
-        if os.fstat(fd).st_size > len(data):
+        if self._sizes[slot] > len(data):  # a shorter frontier: no stale tail
             os.ftruncate(fd, len(data))
+        self._sizes[slot] = len(data)
         self._newest = slot
 
     def sync(self) -> None:
