@@ -195,7 +195,7 @@ def load(lives: Sequence[Life]) -> tuple[list[TraceEvent], list[str]]:
     owner: dict[tuple[str, int], int] = {}
     for lf in lives:
         for row in lf.rows:
-            if row["event"] != "deliver":  # own events carry the node's own incarnation
+            if row["event"] not in ("deliver", "gap"):  # own events: the node's own incarnation
                 owner[(row["node"], row["inc"])] = lf.index
     events: list[TraceEvent] = []
     problems: list[str] = []
@@ -205,7 +205,7 @@ def load(lives: Sequence[Life]) -> tuple[list[TraceEvent], list[str]]:
             if source is None:
                 problems.append(f"life {lf.index}: {row} from an unknown incarnation")
                 continue
-            if row["event"] not in ("deliver", "publish"):
+            if row["event"] not in ("deliver", "publish", "gap"):
                 source = None
             events.append(
                 TraceEvent(row["time"], lf.index, row["event"], row["topic"], source, row["seq"])
