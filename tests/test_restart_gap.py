@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from bench._preauth import free_port
 from p2p.sim import check_trace, format_violations
 from p2p.sim._tracefile import load_traces
 
@@ -36,7 +37,6 @@ COUNT = 600
 RATE = 50.0
 KILL_AT = 6.0
 DOWN_FOR = 4.0
-PORT = 7391
 
 
 def _fleet(root: Path) -> tuple[Path, Path]:
@@ -53,18 +53,19 @@ def _node(d: Path, trace: Path, *role: str, duration: float) -> subprocess.Popen
     argv = [sys.executable, "-m", "p2p", "node", "--identity", str(d), "--interface",
             "127.0.0.1", "--no-mdns", "--trace", str(trace), "--duration", f"{duration:.0f}",
             *role]  # fmt: skip
-    err = open(trace.with_suffix(".err"), "wb")  # noqa: SIM115 (closed with the process)
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+    with open(trace.with_suffix(".err"), "wb") as err:  # the child keeps its own copy
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
 
 
 @pytest.mark.slow
 def test_a_killed_subscriber_counts_what_it_missed(tmp_path: Path) -> None:
     pub_dir, sub_dir = _fleet(tmp_path)
-    seed = ["--seed", f"127.0.0.1:{PORT}"]
+    port = free_port()
+    seed = ["--seed", f"127.0.0.1:{port}"]
     span = COUNT / RATE + 12
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        procs.append(_node(pub_dir, tmp_path / "pub.jsonl", *seed, "--port", str(PORT), "--publish",
+        procs.append(_node(pub_dir, tmp_path / "pub.jsonl", *seed, "--port", str(port), "--publish",
                            "t", "--count", str(COUNT), "--rate", str(RATE), "--settle", "3",
                            duration=span))  # fmt: skip
         first = _node(sub_dir, tmp_path / "sub1.jsonl", *seed, "--subscribe", "t", "--count",

@@ -33,7 +33,7 @@ def envelope_of(payload: bytes) -> tuple[int, int]:
     """The ``(epoch, ordinal)`` a publication's payload starts with."""
     epoch: int
     ordinal: int
-    epoch, ordinal = _ENVELOPE.unpack_from(payload)
+    epoch, ordinal = _unpack(payload)
     return epoch, ordinal
 
 
@@ -70,7 +70,6 @@ class Frontier:
         delivery of a source on a topic: a subscription is not owed what came
         before it)."""
         epoch, ordinal = _unpack(payload)
-        self.changes += 1
         mine = self._last.get(topic)
         if mine is None:
             mine = self._last[topic] = {}
@@ -79,9 +78,11 @@ class Frontier:
             last_epoch, last_ordinal = last
             if epoch == last_epoch and ordinal == last_ordinal + 1:  # the usual case
                 mine[source] = (epoch, ordinal)
+                self.changes += 1
                 return 0
             return self._jump(mine, source, last, epoch, ordinal)
         mine[source] = (epoch, ordinal)
+        self.changes += 1
         return 0
 
     def _jump(
@@ -103,6 +104,7 @@ class Frontier:
         else:
             return 0  # a late publication of an older process of the source
         mine[source] = (epoch, ordinal)
+        self.changes += 1
         self.missed += missed
         return missed
 

@@ -105,9 +105,7 @@ class _Driver(_NodeState):
             self._arrived = None
         if self._eager and not self._stepping:
             self._write_eager()
-        if self._frontier_store is not None and self.machine.frontier.changes != (
-            self._frontier_saved
-        ):
+        if self._frontier_store is not None:  # once per batch: the check is inside
             self._write_frontier()
 
     def _write_frontier(self) -> None:

@@ -166,13 +166,10 @@ class _Server(_Driver):
         since, ticket = min(silent)
         if now - since < SILENT_AFTER:
             return SILENT_AFTER - (now - since)
-        full = len(pending) >= cfg.max_handshakes
-        cap = (
-            f"{len(pending)} handshakes (max_handshakes)"
-            if full
-            else (f"{self.connections} connections (max_connections)")
-        )
-        self._evict(ticket, cap)
+        if len(pending) >= cfg.max_handshakes:
+            self._evict(ticket, f"{len(pending)} handshakes (max_handshakes)")
+        else:
+            self._evict(ticket, f"{self.connections} connections (max_connections)")
         return 0.0
 
     async def serve(self, ticket: int, pending: _Pending) -> None:

@@ -144,14 +144,14 @@ class _NodeState:
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
         self._revocations: RevocationList | None = None
         self._revocation_file: Path | None = None
+        self._revocation_seen: tuple[int, int] | None = None
+        """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._frontier_store: FrontierStore | None = None
         """Where the delivery frontier is kept (``NodeConfig.frontier_file``)."""
         self._frontier_saved = 0
         """``frontier.changes`` when it was last written."""
         self._frontier_synced = 0
         """``frontier.changes`` when its last write was made durable."""
-        self._revocation_seen: tuple[int, int] | None = None
-        """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
         self._detector_wake: trio.CancelScope | None = None
         """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
         self._detecting = trio.CancelScope()

@@ -178,10 +178,10 @@ class Simulation:
             self.nodes = {n: self._make(n, config) for n in node_ids}
         self.clocks = {n: _NodeClock() for n in node_ids}
         self.machines: dict[int, NodeMachine] = {}
-        self._frontiers: dict[int, Frontier] = {}
-        """Ordinals and frontiers of nodes without a machine (:meth:`_frontier`)."""
         """With a ``detector``: each node's :class:`NodeMachine` (its core is
         ``nodes[n]``), and membership comes from the real failure detector."""
+        self._frontiers: dict[int, Frontier] = {}
+        """Ordinals and frontiers of nodes without a machine (:meth:`_frontier`)."""
         self.now = 0.0
         self._heap = EventQueue(_bucket_width(self.delays))
         self._seq = 0
