@@ -128,6 +128,12 @@ __all__ = [
     "FrameReader",
     "Leave",
     "Members",
+    "MAX_REPLAY_DEPS",
+    "MAX_REPLAY_ENTRIES",
+    "MAX_REPLAY_PARTS",
+    "Replay",
+    "ReplayEntry",
+    "Resume",
     "Revoked",
     "decode_body",
     "PeerExchange",
@@ -158,7 +164,8 @@ MAX_DEPTH: Final = 7
 
 _PUB, _SUB, _UNS, _ACK, _DET, _LEAVE, _MEMBERS, _REVOKED = 0, 1, 2, 3, 4, 5, 6, 7
 _FENCE = 8
-_CONTROL_TAGS = (_DET, _LEAVE, _MEMBERS, _REVOKED)
+_RESUME, _REPLAY = 9, 10
+_CONTROL_TAGS = (_DET, _LEAVE, _MEMBERS, _REVOKED, _RESUME, _REPLAY)
 
 
 class WireError(P2PError):
@@ -518,7 +525,44 @@ class Revoked:
 MAX_REVOKED_BLOB = 64 * 1024
 """Largest revocation list a REVOKED packet may carry."""
 
-Control = Probe | Reply | Push | Leave | Members | Revoked
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """The sender, a subscriber of ``topic``, delivered the receiver's publications
+    on it up to ``(epoch, ordinal)`` (``p2p.machine._frontier``): it asks for
+    what the receiver published after that and still holds."""
+
+    topic: str
+    epoch: int
+    ordinal: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Part ``part`` of ``parts`` of the answer to the :class:`Resume` for what
+    came after ``(epoch, ordinal)`` on ``topic``: publications the sender
+    made, oldest first, each as ``(incarnation, seq, payload, deps)`` (its
+    id is the sender's; the payload starts with its envelope; ``deps``:
+    ``(source, epoch, ordinal)`` of what it causally follows)."""
+
+    topic: str
+    epoch: int
+    ordinal: int
+    part: int
+    parts: int
+    entries: tuple[ReplayEntry, ...]
+
+
+ReplayEntry = tuple[int, int, bytes, tuple[tuple[int, int, int], ...]]
+
+MAX_REPLAY_ENTRIES = 256
+"""Most publications one REPLAY packet carries (a longer answer takes several)."""
+MAX_REPLAY_DEPS = 64
+"""Most dependencies one replayed publication names."""
+MAX_REPLAY_PARTS = 1024
+"""Most REPLAY packets one answer takes."""
+
+Control = Probe | Reply | Push | Leave | Members | Revoked | Resume | Replay
 """Runtime-level packets that travel with the core's but never reach it."""
 
 
@@ -531,6 +575,15 @@ def _e_control(c: Control) -> bytes:
         return b"\x83" + _e_int(_MEMBERS) + _e_int(c.digest) + _e_int(c.revocations)
     if isinstance(c, Revoked):
         return b"\x82" + _e_int(_REVOKED) + _e_bytes(c.blob)
+    if isinstance(c, Resume):
+        return b"\x84" + _e_int(_RESUME) + _e_topic(c.topic) + _e_int(c.epoch) + _e_int(c.ordinal)
+    if isinstance(c, Replay):
+        parts = [b"\x87", _e_int(_REPLAY), _e_topic(c.topic), _e_int(c.epoch), _e_int(c.ordinal)]
+        parts += (_e_int(c.part), _e_int(c.parts), _e_array(len(c.entries)))
+        for inc, seq, payload, deps in c.entries:
+            parts += (b"\x84", _e_int(inc), _e_int(seq), _e_bytes(payload), _e_array(len(deps)))
+            parts += (b"\x83" + _e_int(n) + _e_int(e) + _e_int(o) for n, e, o in deps)
+        return b"".join(parts)
     return b"\x82" + _e_int(_DET) + cbor2.dumps(_detector_tree(c))
 
 
@@ -1256,11 +1309,39 @@ def _d_control(raw: list[object], lim: WireLimits) -> Control:
         if type(blob) is not bytes or not 0 < len(blob) <= MAX_REVOKED_BLOB:
             raise WireError(f"REVOKED: expected 1..{MAX_REVOKED_BLOB} bytes")
         return Revoked(blob)
+    if raw[0] == _RESUME:
+        _, topic, epoch, ordinal = _array(raw, "RESUME", 4)
+        epoch, ordinal = _node(epoch, "RESUME.epoch"), _node(ordinal, "RESUME.ordinal")
+        return Resume(_d_topic(topic, lim), epoch, ordinal)
+    if raw[0] == _REPLAY:
+        return _d_replay(raw, lim)
     _, msg = _array(raw, "DET", 2)
     try:
         return decode_detector(msg, max_entries=lim.max_detector_entries)
     except RemoteDetectorError as exc:
         raise WireError(f"DET: {exc}") from None
+
+
+def _d_replay(raw: list[object], lim: WireLimits) -> Replay:
+    """A REPLAY packet: at most :data:`MAX_REPLAY_ENTRIES` publications of at most
+    ``max_payload`` bytes each (the receiving machine checks their envelopes)."""
+    _, topic, epoch, ordinal, part, parts, raw_entries = _array(raw, "REPLAY", 7)
+    epoch, ordinal = _node(epoch, "REPLAY.epoch"), _node(ordinal, "REPLAY.ordinal")
+    parts = _int(parts, "REPLAY.parts", 1, MAX_REPLAY_PARTS + 1)
+    part = _int(part, "REPLAY.part", 0, parts)
+    entries: list[ReplayEntry] = []
+    for v in _array(raw_entries, "REPLAY.entries", limit=MAX_REPLAY_ENTRIES):
+        inc, seq, payload, raw_deps = _array(v, "REPLAY entry", 4)
+        if type(payload) is not bytes or len(payload) > lim.max_payload:
+            raise WireError(f"REPLAY payload: expected at most {lim.max_payload} bytes")
+        deps = []
+        for dep in _array(raw_deps, "REPLAY.deps", limit=MAX_REPLAY_DEPS):
+            n, e, o = _array(dep, "REPLAY dep", 3)
+            dep_epoch, dep_ordinal = _node(e, "REPLAY.epoch"), _node(o, "REPLAY.ordinal")
+            deps.append((_node(n, "REPLAY.dep"), dep_epoch, dep_ordinal))
+        ids = (_ctr(inc, "REPLAY.incarnation"), _ctr(seq, "REPLAY.seq"))
+        entries.append((*ids, payload, tuple(deps)))
+    return Replay(_d_topic(topic, lim), epoch, ordinal, part, parts, tuple(entries))
 
 
 def _decode_tree(body: bytes, limits: WireLimits) -> Body:
@@ -1285,12 +1366,7 @@ def _decode_tree(body: bytes, limits: WireLimits) -> Body:
     packets: list[Packet] = []
     control: list[Control] = []
     for p in raw:
-        if (
-            type(p) is list
-            and p
-            and p[0] in (_DET, _LEAVE, _MEMBERS, _REVOKED)
-            and type(p[0]) is int
-        ):
+        if type(p) is list and p and p[0] in _CONTROL_TAGS and type(p[0]) is int:
             control.append(_d_control(p, limits))
         else:
             packets.append(_d_packet(p, limits))

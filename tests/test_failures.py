@@ -515,12 +515,12 @@ def test_a_packet_on_its_way_to_an_older_life_reaches_the_new_core() -> None:
     """In the runtime a reincarnation (a false suspicion) keeps the process and
     its connections, so what was on its way to the older life reaches the new
     core; the simulator does the same (``Simulation._same_process``).  Partial
-    fuzz seed 2100061 (``--tpp-stdev 900``, three nodes) has one such link
-    packet, and every guarantee still holds."""
+    fuzz seed 2100090 (``--tpp-stdev 900``) has three such link
+    packets, and every guarantee still holds."""
     from bench.failure_fuzz import run_one
 
-    found = run_one(2100061, recover=True, tpp_stdev=900.0, partial=True)
-    assert found["older_life_packets"] == 1
+    found = run_one(2100090, recover=True, tpp_stdev=900.0, partial=True)
+    assert found["older_life_packets"] >= 1
     assert found["broke"] == []
 
 

@@ -472,7 +472,8 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
     the two batches, and nothing stays behind (core outputs fed by hand)."""
     (node_dir,) = _fleet(tmp_path, 1)
     spool = tmp_path / "spool"
-    a, b, c = (MsgId(7, 0, seq) for seq in (1, 2, 3))
+    # Three sources: the frontier lets through each source's ordinals in order only.
+    a, b, c = (MsgId(source, 0, 1) for source in (7, 8, 9))
 
     def out(mid: MsgId, stamp: float) -> Delivered:
         return Delivered("t", mid, bytes(ENVELOPE_SIZE) + _STAMP.pack(stamp) + b"x")

@@ -109,6 +109,10 @@ def test_the_other_snippets_run_in_order(tmp_path: Path) -> None:
     alice = nodes.stdout.splitlines()
     assert any(line.startswith("chat ") and line.endswith(" 1 hello") for line in alice), alice
     assert "each confirmed by 1 other subscriber" in nodes.stderr
+    seqs = [int(line.split()[2]) for f in ("first.txt", "again.txt")
+            for line in (tmp_path / f).read_text().splitlines()]  # fmt: skip
+    assert len(seqs) == 25
+    assert seqs == list(range(seqs[0], seqs[0] + 25)), seqs  # resumed: none missed, none twice
     # A normal exchange logs no warning: alice and bob leave at the same
     # moment, and each one's LEAVE dial to the other used to warn "cannot reach".
     assert "WARNING" not in nodes.stderr, nodes.stderr

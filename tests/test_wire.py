@@ -520,7 +520,7 @@ REJECT: dict[str, tuple[bytes, str]] = {
     "too many items": (body(pub_raw(dests=list(range(500)))), "max_items"),
     # packet shapes
     "empty packet": (body([]), "empty"),
-    "unknown type tag": (body([9, RID, "t"]), "unknown type"),
+    "unknown type tag": (body([99, RID, "t"]), "unknown type"),
     "bool type tag": (body([True, RID, "t", OP]), "type tag"),
     "packet too short": (body([1, RID, "t"]), "SUB"),
     "packet too long": (body([1, RID, "t", OP, 0]), "SUB"),

@@ -103,6 +103,19 @@ class VCubePS(_Receive):
         out.extend(self._enqueue(state, op))
         return out
 
+    def recovered(self, topic: str, mid: MsgId) -> list[Output]:
+        """The application got publication ``mid`` on ``topic`` from outside this
+        core (its source's history, ``p2p.machine._recovery``): it counts as
+        delivered here.  So this node's later publications follow it (their
+        barrier names it), and what waits for it here goes on (returned);
+        a copy that arrives later is not delivered again.  Ignored unless
+        subscribed, or if this core has delivered it already."""
+        state = self._topics.get(topic)
+        if state is None or not state.subscribed or state.buffer.satisfied(mid):
+            return []
+        state.barrier.delivered(mid, (), ())
+        return self._release(state, state.buffer.deliver(mid))
+
     def publish(self, topic: str, payload: bytes, now: float) -> list[Output]:
         """Algorithm 3 ``Publish``: refused unless subscribed; delivered locally at once."""
         state = self._topics.get(topic)

@@ -75,6 +75,13 @@ def _common(p: argparse.ArgumentParser, *, settle: float = 2.0) -> None:
     p.add_argument("--service-type", default=SERVICE_TYPE, help=argparse.SUPPRESS)
     p.add_argument("--telemetry", type=path_arg, metavar="SPOOL_DIR", help="record telemetry here")
     p.add_argument("--collector", metavar="HOST:PORT", help="upload telemetry to this collector")
+    p.add_argument(
+        "--history",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="own publications kept for subscribers that resume (default 1000; 0: none)",
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -132,6 +139,8 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         raise P2PError(f"--port must be in 0..65535, got {args.port}")
     if args.settle < 0:
         raise P2PError("--settle must be non-negative")
+    if args.history < 0:
+        raise P2PError(f"--history must be 0 or more, got {args.history}")
     if args.no_mdns and not args.seed:
         raise P2PError("--no-mdns needs at least one --seed HOST:PORT")
     for seed in args.seed:
@@ -146,6 +155,7 @@ def _config(args: argparse.Namespace) -> NodeConfig:
         service_type=args.service_type,
         telemetry_dir=args.telemetry,
         telemetry_collector=args.collector,
+        history_count=args.history,
     )
 
 
@@ -280,6 +290,7 @@ _TROUBLES = (
     "lost_on_disconnect",
     "lost_to_crash",
     "missed",
+    "recovered",
     "sent_to_crashed",
     "control_dropped",
     "frames_resent",

@@ -4,7 +4,8 @@ The trio runtime (:class:`p2p.Node`) and the simulator (:mod:`p2p.sim`) both
 run it; it never reads a clock or does I/O.
 """
 
-from p2p.machine._frontier import ENVELOPE_SIZE, Frontier, envelope_of
+from p2p.machine._frontier import ENVELOPE_SIZE, GAP, SKIP, Frontier, envelope_of
+from p2p.machine._history import History, HistoryLimits
 from p2p.machine._machine import (
     DIGEST_REFRESH,
     DIGEST_RESYNC,
@@ -21,17 +22,27 @@ from p2p.machine._machine import (
     SuspicionCorrected,
     Verify,
 )
+from p2p.machine._recovery import ANSWER_BURST, HELD, Recovery, RecoveryConfig, Release
 
 __all__ = [
+    "ANSWER_BURST",
     "DIGEST_REFRESH",
     "DIGEST_RESYNC",
     "ENVELOPE_SIZE",
+    "GAP",
+    "HELD",
+    "SKIP",
     "Frontier",
+    "History",
+    "HistoryLimits",
     "MachineOutput",
     "MemberDown",
     "MemberUp",
     "NodeMachine",
+    "Recovery",
+    "RecoveryConfig",
     "Reincarnated",
+    "Release",
     "RoundStarted",
     "SendControl",
     "SendExchange",

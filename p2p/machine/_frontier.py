@@ -21,12 +21,20 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["ENVELOPE_SIZE", "Frontier", "envelope_of"]
+__all__ = ["ENVELOPE_SIZE", "GAP", "SKIP", "Frontier", "envelope_of"]
 
 _ENVELOPE = struct.Struct(">QQ")
 _unpack = _ENVELOPE.unpack_from
 ENVELOPE_SIZE = _ENVELOPE.size
 """Bytes the envelope adds ahead of the application's payload."""
+
+
+SKIP = -1
+""":meth:`Frontier.delivered`: at or behind the frontier (delivered, or counted
+as missed, already): not to be handed to the application again."""
+GAP = -2
+""":meth:`Frontier.delivered` with ``hold``: past the next ordinal; the
+frontier did not move (the caller may first ask for what lies between)."""
 
 
 def envelope_of(payload: bytes) -> tuple[int, int]:
@@ -63,12 +71,14 @@ class Frontier:
         """The publication :meth:`envelope` announced was accepted."""
         self._next[topic] = self._next.get(topic, 0) + 1
 
-    def delivered(self, topic: str, source: int, payload: bytes) -> int:
+    def delivered(self, topic: str, source: int, payload: bytes, hold: bool = False) -> int:
         """Record the delivery of a publication of ``source`` (never this node's
         own) with ``payload``; return how many of its source's publications on
         ``topic`` the subscriber will not get before it (0 for the first
         delivery of a source on a topic: a subscription is not owed what came
-        before it)."""
+        before it), or :data:`SKIP` for one at or behind the frontier (not to
+        be delivered), or, with ``hold``, :data:`GAP` instead of a count
+        above 0 (the frontier is left where it was)."""
         epoch, ordinal = _unpack(payload)
         mine = self._last.get(topic)
         if mine is None:
@@ -80,33 +90,29 @@ class Frontier:
                 mine[source] = (epoch, ordinal)
                 self.changes += 1
                 return 0
-            return self._jump(mine, source, last, epoch, ordinal)
+            missed = _between(last, epoch, ordinal)
+            if missed < 0:
+                return SKIP
+            if missed and hold:
+                return GAP
+            mine[source] = (epoch, ordinal)
+            self.changes += 1
+            self.missed += missed
+            return missed
         mine[source] = (epoch, ordinal)
         self.changes += 1
         return 0
 
-    def _jump(
-        self,
-        mine: dict[int, tuple[int, int]],
-        source: int,
-        last: tuple[int, int],
-        epoch: int,
-        ordinal: int,
-    ) -> int:
-        """:meth:`delivered` past the next ordinal, or behind the frontier."""
-        last_epoch, last_ordinal = last
-        if epoch == last_epoch:
-            if ordinal <= last_ordinal:
-                return 0  # an older publication delivered late: already counted
-            missed = ordinal - last_ordinal - 1
-        elif epoch > last_epoch:
-            missed = ordinal  # a restarted source: its new numbering up to here
-        else:
-            return 0  # a late publication of an older process of the source
-        mine[source] = (epoch, ordinal)
-        self.changes += 1
-        self.missed += missed
-        return missed
+    def position(self, topic: str, source: int) -> tuple[int, int] | None:
+        """The envelope of ``source`` on ``topic`` delivered last (``None``: none)."""
+        mine = self._last.get(topic)
+        return None if mine is None else mine.get(source)
+
+    def behind(self, topic: str, source: int, payload: bytes) -> bool:
+        """Whether a publication with ``payload`` lies past the next ordinal of
+        its source (what :meth:`delivered` would count as missed); no change."""
+        last = self.position(topic, source)
+        return last is not None and _between(last, *_unpack(payload)) > 0
 
     def forget(self, topic: str) -> None:
         """The application left ``topic``: a later subscription starts afresh."""
@@ -122,3 +128,12 @@ class Frontier:
         """Take ``frontiers`` (of :meth:`frontiers`, kept by a process that ended)
         as this node's: what it delivered before its restart."""
         self._last = {topic: dict(per) for topic, per in frontiers.items()}
+
+
+def _between(last: tuple[int, int], epoch: int, ordinal: int) -> int:
+    """Ordinals strictly between the frontier ``last`` and ``(epoch, ordinal)``
+    (at a source's new epoch, the ordinals before it); -1 at or behind it."""
+    last_epoch, last_ordinal = last
+    if epoch == last_epoch:
+        return ordinal - last_ordinal - 1 if ordinal > last_ordinal else -1
+    return ordinal if epoch > last_epoch else -1  # a restarted source, or an older one's

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2p._membership import Peer, RecordGossip, records_digest
-from p2p._wire import Control, Leave, Members
+from p2p._wire import Control, Leave, Members, Replay, Resume
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
-from topics import LocalProtocolError, VCubePS
+from p2p.machine._recovery import Recovery, RecoveryConfig, Release
+from topics import Delivered, LocalProtocolError, Published, VCubePS
 from vcube import (
     Corrected,
     Detector,
@@ -157,6 +158,7 @@ MachineOutput = (
     | Superseded
     | Stalled
     | RoundStarted
+    | Release
 )
 """The outputs of this module; a machine's output lists mix them with the core's."""
 
@@ -216,6 +218,7 @@ class NodeMachine:
         overlay: Callable[[frozenset[int], int], Hypercube] = _plain_overlay,
         members: Mapping[int, int] | None = None,
         verify: Verify = _no_records,
+        recovery: RecoveryConfig | None = None,
         now: float = 0.0,
     ) -> None:
         self.id = node_id
@@ -239,6 +242,12 @@ class NodeMachine:
         self.frontier = Frontier(incarnation)
         """Ordinals of this node's publications and what it delivered per
         source: kept across its incarnations, so a loss is counted."""
+        self.recovery = Recovery(node_id, self.frontier, recovery or RecoveryConfig())
+        """This node's history as a publisher and its resumes as a subscriber
+        (with a detector only: without one nobody leaves the view to come back)."""
+        self.pending: Out = []
+        """Outputs of :meth:`hand` (a RESUME): the driver carries them out after
+        the batch it is handling, and empties this list."""
         self.records_learned = 0
         self.record = b""
         """This node's own signed record (set by the driver; no record, no gossip)."""
@@ -284,12 +293,16 @@ class NodeMachine:
         """Join ``topic`` (raises the core's ``LocalProtocolError`` on misuse)."""
         out: Out = self.core.subscribe(topic, now)
         self.topics.add(topic)
+        if self.detector is not None:  # a topic taken up again: what it missed meanwhile
+            for source in sorted(self.alive):
+                out += self._sent(self.recovery.rejoined(source, {topic}, now))
         return out
 
     def unsubscribe(self, topic: str, now: float) -> Out:
         out: Out = self.core.unsubscribe(topic, now)
         self.topics.discard(topic)
         self.frontier.forget(topic)
+        self.recovery.forget(topic)
         return out
 
     def publish(self, topic: str, payload: bytes, now: float) -> Out:
@@ -303,15 +316,42 @@ class NodeMachine:
                 f"payload of {len(payload)} bytes exceeds {room} (the core's max_payload "
                 f"less the {ENVELOPE_SIZE}-byte envelope)"
             )
-        out: Out = self.core.publish(topic, self.frontier.envelope(topic) + payload, now)
+        full = self.frontier.envelope(topic) + payload
+        out: Out = self.core.publish(topic, full, now)
         self.frontier.published(topic)
+        for o in out:
+            if type(o) is Published:
+                self.recovery.kept(topic, o.id, full, now)
         return out
 
-    def delivered(self, topic: str, source: int, payload: bytes) -> int:
-        """A publication of another node is handed to the application: how many
-        of its source's publications on ``topic`` this node will not get before
-        it (:meth:`Frontier.delivered`; 0 but after a loss)."""
-        return self.frontier.delivered(topic, source, payload)
+    def hand(self, d: Delivered, now: float) -> int:
+        """The core delivers another node's publication ``d``: how many of its
+        source's publications this node will not get before it (hand it to
+        the application now), or ``SKIP`` / ``HELD`` (negative: not now; a
+        :class:`Release` output hands a held one on).  A delivery behind a
+        member source asks it for the rest (``p2p.machine._recovery``), into
+        :attr:`pending`."""
+        source = d.id.source
+        member = self.detector is not None and source in self.alive
+        missed, out = self.recovery.hand(d, member, now)
+        if out:
+            self.pending += self._sent(out)
+        return missed
+
+    def _sent(self, items: Iterable[Any]) -> Out:
+        """Recovery's outputs as machine outputs: ``(dest, control)`` pairs become
+        :class:`SendControl`; a :class:`Release` stays, and a recovered one
+        counts as delivered in the core (``VCubePS.recovered``), followed by
+        what that lets the core deliver."""
+        out: Out = []
+        for o in items:
+            if type(o) is tuple:
+                out.append(SendControl(*o))
+                continue
+            out.append(o)
+            if type(o) is Release and o.recovered:
+                out += self.core.recovered(o.delivery.topic, o.delivery.id)
+        return out
 
     def receive(self, sender: int, packet: Any, now: float) -> Out:
         """A core packet from ``sender`` (an authenticated peer)."""
@@ -354,6 +394,14 @@ class NodeMachine:
         detector messages are ignored."""
         if isinstance(msg, Leave):
             return self.left(sender, msg.incarnation, "left", now)
+        if isinstance(msg, Resume):
+            # A member of the fleet, not revoked: one this node admitted once or
+            # holds a verified record of (an asker it still suspects after a
+            # partition is one: its new life may not have reached this node).
+            member = sender not in self.revoked and (sender in self.incs or sender in self.peers)
+            return self._sent(self.recovery.answer(sender, msg, member, now))
+        if isinstance(msg, Replay):
+            return self._sent(self.recovery.replayed(sender, msg, now))
         if self.detector is None or not isinstance(msg, Probe | Reply | Push):
             return []
         # The frames heard so far first: whether an accusation is believed
@@ -518,7 +566,8 @@ class NodeMachine:
         if det is None or next_round is None or self._stopped:
             self._armed = None
             return None
-        due = det.deadline()
+        due = min((t for t in (det.deadline(), self.recovery.deadline()) if t is not None),
+                  default=None)  # fmt: skip
         self._armed = next_round if due is None else min(due, next_round)
         return self._armed
 
@@ -546,7 +595,7 @@ class NodeMachine:
             self._next_round = next_round
         else:
             out += self._on_detector(det.expire(now), now)
-        return out
+        return out + self._sent(self.recovery.expire(now))
 
     def _flush(self, now: float) -> Out:
         """Hand the peers heard from to the detector.
@@ -605,6 +654,9 @@ class NodeMachine:
         elif before is not None and inc > before:
             out.append(MemberUp(node, inc, "restarted"))
         out += self.core.joined(node, inc, now)
+        if out and type(out[0]) is MemberUp and self.detector is not None:
+            # Back in the view, or a new life: what it published meanwhile.
+            out += self._sent(self.recovery.rejoined(node, self.topics, now))
         return out
 
     def _down(self, node: int, inc: int, reason: str, now: float) -> Out:
@@ -620,6 +672,8 @@ class NodeMachine:
             self._overlay_changed()
         out: Out = [MemberDown(node, inc, reason, was_up)]
         out += self.core.crashed(node, inc, now)
+        if was_up:
+            out += self._sent(self.recovery.gone(node, now))
         return out
 
     def _overlay_changed(self) -> None:

@@ -84,6 +84,17 @@ class NodeConfig:
     """Seconds between fsyncs of the frontier, which is written (without one)
     after each batch of deliveries: a killed process loses none of it, a
     power loss at most this interval's."""
+    history_count: int = 1000
+    """Most of its own recent publications a node keeps, over all topics, for
+    subscribers that were away to resume from (0: none kept; they are told
+    the count they missed)."""
+    history_bytes: int = 4 * 1024 * 1024
+    """Most payload bytes of that history."""
+    history_age: float = 120.0
+    """Seconds a publication stays in that history."""
+    resume_timeout: float = 5.0
+    """Seconds a topic's deliveries wait for a publisher's answer to a resume
+    before they go on (what did not come is then counted as missed)."""
     detector: bool = True
     """Run the failure detector (``False``: a crashed peer is never noticed and
     the rounds that wait for it stall, the behaviour before issue 5)."""
@@ -134,11 +145,15 @@ class NodeConfig:
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise NodeError(f"{name} must be a positive int, got {value!r}")
+        for name in ("history_count", "history_bytes"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise NodeError(f"{name} must be an int >= 0, got {value!r}")
         if self.max_frame > MAX_PLAINTEXT:
             raise NodeError(f"max_frame must be at most {MAX_PLAINTEXT}, got {self.max_frame}")
         positive = ("handshake_timeout", "seed_interval", "telemetry_window",
-                    "telemetry_upload_interval", "frontier_interval")  # fmt: skip
-        for name in (*positive, "drain_timeout", "max_backoff"):
+                    "telemetry_upload_interval", "frontier_interval", "resume_timeout")  # fmt: skip
+        for name in (*positive, "drain_timeout", "max_backoff", "history_age"):
             value = getattr(self, name)
             # "not >= 0" also refuses NaN, which passed "< 0" and became a trio deadline
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0) or (

@@ -22,12 +22,22 @@ from causal import MsgId
 from p2p._errors import IdentityError, IdentityInUseError, SecurityError
 from p2p._membership import records_digest
 from p2p._revocation import RevocationList, load_revocations
-from p2p._wire import Control, Leave, Members, Revoked, WireError, encode_packets, frame
+from p2p._wire import (
+    Control,
+    Leave,
+    Members,
+    Resume,
+    Revoked,
+    WireError,
+    encode_packets,
+    frame,
+)
 from p2p.machine import (
     ENVELOPE_SIZE,
     MemberDown,
     MemberUp,
     Reincarnated,
+    Release,
     RoundStarted,
     SendControl,
     SendExchange,
@@ -103,6 +113,10 @@ class _Driver(_NodeState):
         if self._arrived is not None:  # held back past its batch: timed from now
             self._received_at[self._arrived] = self._now
             self._arrived = None
+        if self.machine.pending:  # what the deliveries asked for (a RESUME)
+            pending, self.machine.pending = self.machine.pending, []
+            self._handle(pending, now)
+            return
         if self._eager and not self._stepping:
             self._write_eager()
         if self._frontier_store is not None:  # once per batch: the check is inside
@@ -161,6 +175,10 @@ class _Driver(_NodeState):
     def _on_machine(self, o: object) -> None:
         """Carry out one of the machine's membership outputs (``p2p.machine``)."""
         if isinstance(o, SendControl):
+            if isinstance(o.msg, Resume):
+                self.stats["resumes"] += 1
+                log.info("asking %016x for what it published on %r after ordinal %d",
+                         o.dest, o.msg.topic, o.msg.ordinal)  # fmt: skip
             self._link(o.dest).put_control(o.msg)
         elif isinstance(o, SendExchange):
             self._link(o.dest).put_exchange(list(o.records), reply=o.reply)
@@ -174,6 +192,9 @@ class _Driver(_NodeState):
             log.info("%016x answers again; waiting for its new incarnation", o.node)
         elif isinstance(o, RoundStarted):
             self._follow_revocation_file(trio.current_time())
+        elif isinstance(o, Release):
+            self.stats["recovered"] += o.recovered
+            self._hand_on(o.delivery, o.missed)
         elif isinstance(o, Reincarnated):
             self._reincarnated(o)
         elif isinstance(o, Stalled):
@@ -224,16 +245,31 @@ class _Driver(_NodeState):
             self.recorder.acked_since(o.topic, self._now, [pop(mid, None) for mid in o.ids])
 
     def _deliver(self, d: Delivered) -> None:
+        """The core delivers ``d``: on to the application unless the machine
+        holds it (its source's earlier publications are asked for) or has
+        delivered it already (``HELD``, ``SKIP``)."""
+        if len(d.payload) < _HEAD:  # no honest member sends this
+            self.stats["malformed_payload"] += 1
+            log.error("publication %r on %r has no envelope: not delivered", d.id, d.topic)
+            return
+        if d.own:
+            self._hand_on(d, 0)
+            return
+        missed = self.machine.hand(d, trio.current_time())
+        if missed >= 0:
+            self._hand_on(d, missed)
+
+    def _hand_on(self, d: Delivered, missed: int) -> None:
+        """Hand ``d`` to its subscription (after ``missed`` publications of its
+        source it will not get): traced, timed, queued for the reader."""
         source, incarnation, seq = mid = d.id
         if self._trace is not None:
             self._trace("deliver", d.topic, source, seq, incarnation)
         payload = d.payload
-        if len(payload) < _HEAD:  # no honest member sends this
+        if len(payload) < _HEAD:  # a recovered one: checked here as the core's are
             self.stats["malformed_payload"] += 1
-            log.error("publication %r on %r has no envelope: not delivered", mid, d.topic)
             return
         (stamp,) = _unpack_stamp(payload, ENVELOPE_SIZE)
-        missed = 0 if d.own else self.machine.delivered(d.topic, source, payload)
         if missed:
             self._missed(d.topic, source, incarnation, missed)
         if self.recorder is not None and not d.own:

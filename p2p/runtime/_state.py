@@ -30,7 +30,7 @@ from p2p._revocation import RevocationList
 from p2p._secure import SecureSession, sign_record
 from p2p._transport import Quiet, dial_secure, fd_budget, verified_peer
 from p2p._wire import WireLimits
-from p2p.machine import ENVELOPE_SIZE, NodeMachine
+from p2p.machine import ENVELOPE_SIZE, HistoryLimits, NodeMachine, RecoveryConfig
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, Subscription
 from p2p.runtime._frontier_file import FrontierStore
@@ -119,6 +119,12 @@ class _NodeState:
             detector=dcfg,
             incarnations=next_incarnation,
             verify=verify,
+            recovery=RecoveryConfig(
+                history=HistoryLimits(
+                    count=config.history_count, size=config.history_bytes, age=config.history_age
+                ),
+                timeout=config.resume_timeout,
+            ),
         )
         """Membership, the failure detector and the core, sans-IO (``p2p.machine``):
         this class carries out its outputs and feeds it frames, hints and timers."""
@@ -179,6 +185,8 @@ class _NodeState:
                 "sent_to_crashed",
                 "lost_to_crash",
                 "missed",
+                "resumes",
+                "recovered",
                 "detector_bytes_sent",
                 "suspicions",
                 "corrections",

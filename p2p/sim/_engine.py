@@ -26,7 +26,9 @@ from p2p._errors import P2PError
 from p2p._wire import WireLimits, decode_body, encode_packets
 from p2p.machine import (
     Frontier,
+    MachineOutput,
     NodeMachine,
+    Release,
 )
 from p2p.sim._delay import DelayModel
 from p2p.sim._frames import (
@@ -65,7 +67,8 @@ from topics._state import preset_view
 from vcube import DetectorConfig, Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN", "PARTITION", "HEAL")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "RESTART", "HINT", "RESET", "TWIN",
+           "PARTITION", "HEAL")  # fmt: skip
 MEMBERSHIP = ("detector", "oracle")
 """``detector``: NodeMachine and the real failure detector; ``oracle``: bare cores
 told of failures by an oracle (the thesis' model)."""
@@ -154,6 +157,7 @@ class Simulation:
         detector: DetectorConfig | None = None,
         introductions: Mapping[int, Iterable[int]] | None = None,
         wire: bool = False,
+        history: int = 1000,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise P2PError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
@@ -182,6 +186,11 @@ class Simulation:
         ``nodes[n]``), and membership comes from the real failure detector."""
         self._frontiers: dict[int, Frontier] = {}
         """Ordinals and frontiers of nodes without a machine (:meth:`_frontier`)."""
+        if type(history) is not int or history < 0:
+            raise P2PError(f"history must be an int >= 0, got {history!r}")
+        self.history = history
+        """Publications each node keeps for subscribers that resume (with a
+        ``detector``: the machines resume; without, gaps are only counted)."""
         self.now = 0.0
         self._heap = EventQueue(_bucket_width(self.delays))
         self._seq = 0
@@ -288,7 +297,7 @@ class Simulation:
         self, time: float, action: str, node: int, topic: str, payload: bytes = b""
     ) -> float:
         """Make ``node`` (an id) call SUB, UNS or PUB on ``topic`` at ``time``, or
-        CRASH or RECOVER (``topic`` ignored), or HINT: ``node`` hears that node
+        CRASH, RECOVER or RESTART (``topic`` ignored), or HINT: ``node`` hears that node
         ``int(topic)`` (an id) may be gone, as from a spoofed mDNS goodbye
         (needs the ``detector``), or RESET: the connections between ``node`` and
         node ``int(topic)`` break (``p2p.sim._links``; the first RESET
@@ -416,7 +425,7 @@ class Simulation:
             self._on_arrival(cast(_PacketItem, item))
         elif kind == self._ACTION:
             action, node, topic, payload = cast(_ActionItem, item)
-            if action in ("CRASH", "RECOVER"):
+            if action in ("CRASH", "RECOVER", "RESTART"):
                 if action == "CRASH":
                     self._crashes[node].remove(time)
                 self._fail(action, node)
@@ -611,6 +620,9 @@ class Simulation:
         timers and messages never end, so they do not count)."""
         detector = 0 if self._members is None else self._members.events
         idle = all(c.idle() for n, c in self.nodes.items() if n not in self.down)
+        idle = idle and not any(
+            m.recovery.holding for n, m in self.machines.items() if n not in self.down
+        )
         return len(self._heap) == detector and idle
 
     def _act(self, action: str, node: int, topic: str, payload: bytes) -> None:
@@ -648,6 +660,9 @@ class Simulation:
             self.recorder.refused(start, node, action, topic, str(exc))
             return
         self.recorder.call(start, node, action, topic)
+        if self._members is not None and any(isinstance(o, MachineOutput) for o in out):
+            self._members.carry_out(node, start, out)  # a SUB's resumes
+            return
         clock.cpu_free = max(clock.cpu_free, start + self.delays.tpc)
         self._emit(node, start, start + self.delays.tpc, out)
 
@@ -686,7 +701,9 @@ class Simulation:
     def _fail(self, action: str, node: int) -> None:
         """CRASH: ``node`` stops at once (packets to it are lost, its calls refused).
         RECOVER: it restarts empty as a new incarnation (counters continue, so
-        trace ids stay unique).  Every other node hears of either after
+        trace ids stay unique).  RESTART: the same, with what its node
+        directory keeps (its delivery frontier, so it resumes).  Every other
+        node hears of either after
         ``detect_delay`` plus a per-node uniform ``detect_jitter``: an oracle
         failure detector, eventually perfect, with the timing the real one has."""
         if self.protocol != "vcube-ps":
@@ -705,9 +722,9 @@ class Simulation:
             clock.cpu_free = clock.link_free = self.now
             clock.in_queue.clear()
         elif self._members is not None:
-            self._members.restart(node)
+            self._members.restart(node, keep=action == "RESTART")
         else:
-            self._restart(node)
+            self._restart(node, keep=action == "RESTART")
         # A frame queued to or from the old incarnation is lost with it: later
         # parts must not ride in it (see _ship).
         for link in [k for k in self._last_frame if node in k]:
@@ -732,11 +749,13 @@ class Simulation:
             frontier = self._frontiers[node] = Frontier(self.incarnation[node])
         return frontier
 
-    def _restart(self, node: int) -> None:
-        self._frontiers.pop(node, None)  # a new process: nothing delivered yet
+    def _restart(self, node: int, *, keep: bool = False) -> None:
+        kept = self._frontiers.pop(node, None)  # a new process: a new epoch
         old = cast(VCubePS, self.nodes[node])
         self.down.discard(node)
         inc = self.incarnation[node] = self.incarnation[node] + 1
+        if keep and kept is not None:  # what its node directory kept
+            self._frontier(node).restore(kept.frontiers())
         core = cast(VCubePS, self._make(node, self.config, inc))
         core.first_seq(old.next_seq)
         self.nodes[node] = core
@@ -803,7 +822,9 @@ class Simulation:
                 continue
             if isinstance(o, Delivered):
                 if not o.own:  # the envelope's ordinal: a gap before this delivery?
-                    missed = self._frontier(node).delivered(o.topic, o.id.source, o.payload)
+                    missed = self._hand(node, o, at)
+                    if missed < 0:
+                        continue  # held, or delivered already
                     if missed:
                         rec.gap(at, node, o.topic, o.id.source, missed)
                 rec.delivered(at, node, o.topic, o.id, o.own)
@@ -824,6 +845,28 @@ class Simulation:
                     listener(self, node, at, o)
         if sends:
             self._ship(node, ready, sends)
+        machine = self.machines.get(node)
+        if machine is not None and machine.pending and self._members is not None:
+            pending, machine.pending = machine.pending, []
+            self._members.carry_out(node, at, pending)
+
+    def _hand(self, node: int, d: Delivered, at: float) -> int:
+        """What the node's machine makes of the core's delivery ``d`` (missed
+        before it, or negative: held or skipped); without a machine, the
+        engine's own frontier counts."""
+        machine = self.machines.get(node)
+        if machine is not None:
+            return machine.hand(d, at)
+        return self._frontier(node).delivered(d.topic, d.id.source, d.payload)
+
+    def released(self, node: int, at: float, o: Release) -> None:
+        """The machine hands on a recovered or held delivery."""
+        d = o.delivery
+        if o.missed:
+            self.recorder.gap(at, node, d.topic, d.id.source, o.missed)
+        self.recorder.delivered(at, node, d.topic, d.id, False)
+        for listener in self.listeners:
+            listener(self, node, at, d)
 
     def _view_of(self, node: int, topic: str) -> frozenset[int] | None:
         """With partial membership (``introductions``): the subscribers ``node``

@@ -10,11 +10,14 @@ from p2p._errors import P2PError
 from p2p._membership import Peer
 from p2p._wire import Members
 from p2p.machine import (
+    HistoryLimits,
     MachineOutput,
     MemberDown,
     MemberUp,
     NodeMachine,
+    RecoveryConfig,
     Reincarnated,
+    Release,
     SendControl,
     SendExchange,
 )
@@ -87,6 +90,22 @@ class _Membership:
 
     # ------------------------------------------------------------ machines --
 
+    @property
+    def recovery(self) -> RecoveryConfig:
+        """The runtime's resume settings in the simulator's time unit (its
+        detector interval stands for the runtime's 1 s), keeping
+        ``Simulation.history`` publications."""
+        unit = self.cfg.interval
+        defaults = RecoveryConfig()
+        history = defaults.history
+        return RecoveryConfig(
+            history=HistoryLimits(
+                count=self.sim.history, size=history.size, age=history.age * unit
+            ),
+            timeout=defaults.timeout * unit,
+            spacing=defaults.spacing * unit,
+        )
+
     def _machine(self, node: int, inc: int, members: dict[int, int]) -> NodeMachine:
         sim = self.sim
 
@@ -101,6 +120,7 @@ class _Membership:
             overlay=self._overlay,
             members=members,
             verify=_verify,
+            recovery=self.recovery,
         )
 
     def _overlay(self, members: frozenset[int], version: int) -> Hypercube:
@@ -160,9 +180,10 @@ class _Membership:
         self.timer_at.pop(node, None)
         self._arm(node)
 
-    def restart(self, node: int) -> None:
+    def restart(self, node: int, *, keep: bool = False) -> None:
         """RECOVER: a new process, a new incarnation, the fleet's records at hand
-        (crashed members included: its detector finds them).  Everyone knowing
+        (crashed members included: its detector finds them); ``keep``
+        (RESTART): with the delivery frontier its node directory kept.  Everyone knowing
         everyone models mDNS, so the others see the new record one propagation
         later (:meth:`_announce`); with introductions it goes to the seeds."""
         sim = self.sim
@@ -173,6 +194,8 @@ class _Membership:
         members = {} if intro is not None else {n: sim.incarnation[n] for n in sim.ids if n != node}
         m = self._machine(node, inc, members)
         m.core.first_seq(old.next_seq)
+        if keep:
+            m.frontier.restore(sim.machines[node].frontier.frontiers())
         for n, i in members.items():
             if i:  # their records say they restarted: their older lives are over
                 m.recovered(n, i, sim.now)
@@ -322,6 +345,12 @@ class _Membership:
         self._carry_out(node, start, out)
         self._arm(node)
 
+    def carry_out(self, node: int, start: float, out: list[Any]) -> None:
+        """Carry out machine outputs made while the engine handled core outputs
+        (``NodeMachine.pending``); the node's timer may have moved."""
+        self._carry_out(node, start, out)
+        self._arm(node)
+
     def _carry_out(self, node: int, start: float, out: list[Any]) -> None:
         """Machine outputs here; core outputs through the engine, one ``t_pc`` later."""
         core_out: list[Output] = []
@@ -333,6 +362,10 @@ class _Membership:
                 self._down(node, o, start)
             elif kind is MemberUp and self.sim._twins is not None:
                 self.sim._twins.new_life(node, o, start)
+            elif kind is Release:
+                self._emit(node, start, core_out)  # what came before it first
+                core_out = []
+                self.sim.released(node, start, o)
             elif kind is Reincarnated:
                 self._emit(node, start, core_out)  # the old life's last outputs
                 core_out = []
@@ -425,9 +458,11 @@ class _Membership:
         self._quiet_since = None
 
     def _idle(self) -> bool:
-        """Every core of a node that is up has nothing in flight or queued."""
+        """Every core of a node that is up has nothing in flight or queued, and
+        no machine holds a topic for a resume."""
         sim = self.sim
-        return all(c.idle() for n, c in sim.nodes.items() if n not in sim.down)
+        up = [n for n in sim.nodes if n not in sim.down]
+        return all(sim.nodes[n].idle() and not sim.machines[n].recovery.holding for n in up)
 
     def agreed(self) -> bool:
         """Every node that is up holds exactly the others that are up, at their

@@ -4,7 +4,9 @@ The format of the VCube-PS authors' PeerSim event scripts.  ``node`` is an
 index ``0..N-1`` (index ``i`` gets id ``i``) or ``*`` for every node; ``#``
 starts a comment; blank lines are ignored.  Failures are
 ``time;CRASH;node`` (the node stops) and ``time;RECOVER;node`` (it restarts,
-empty, as a new incarnation).  ``time;HINT;node;other`` gives ``node`` a hint
+empty, as a new incarnation); ``time;RESTART;node`` restarts it with what
+its node directory keeps (its delivery frontier: it resumes what it
+missed).  ``time;HINT;node;other`` gives ``node`` a hint
 that node ``other`` (an index) may be gone, as a spoofed mDNS goodbye or a
 reset connection would (with the real detector: a probe, never an eviction).
 ``time;RESET;node;other`` breaks the connections between ``node`` and node
@@ -29,10 +31,11 @@ from pathlib import Path
 
 from p2p._errors import ScenarioError
 
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "HINT", "RESET", "TWIN", "PARTITION", "HEAL")
+ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "RESTART", "HINT", "RESET", "TWIN",
+           "PARTITION", "HEAL")  # fmt: skip
 PEERED = ("HINT", "RESET")
 """Actions whose fourth field is another node's index, not a topic."""
-FAILURES = ("CRASH", "RECOVER", "TWIN", "HEAL")
+FAILURES = ("CRASH", "RECOVER", "RESTART", "TWIN", "HEAL")
 """Actions on a node alone: ``time;ACTION;node``, no topic."""
 MAX_LINE = 64 * 1024
 
@@ -130,7 +133,7 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
     if len(fields) not in (4, 5):
         raise ScenarioError(
             f"line {lineno}: expected time;ACTION;node;topic[;payload] "
-            f"or time;CRASH|RECOVER|TWIN|HEAL;node, got {len(fields)} fields"
+            f"or time;CRASH|RECOVER|RESTART|TWIN|HEAL;node, got {len(fields)} fields"
         )
     t_raw, action, node_raw, topic = fields[:4]
     try:
