@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 from causal import MsgId
 from p2p.machine._frontier import envelope_of
@@ -49,20 +50,16 @@ DEP_COST = 24
 """Bytes a dependency is counted as, against :attr:`HistoryLimits.size`."""
 
 
-@dataclass(frozen=True, slots=True)
-class Kept:
+class Kept(NamedTuple):
     """One kept publication: its id, its payload (envelope first), when it was
-    made and what it causally follows."""
+    made, what it causally follows, and what it counts against the byte
+    bound (a named tuple: one is made per publication)."""
 
     id: MsgId
     payload: bytes
     at: float
-    deps: Deps = ()
-
-    @property
-    def cost(self) -> int:
-        """What it counts against the byte bound."""
-        return len(self.payload) + DEP_COST * len(self.deps)
+    deps: Deps
+    cost: int
 
 
 class History:
@@ -88,12 +85,15 @@ class History:
         ``deps``; evict the oldest entries until the bounds hold again (one
         larger than the byte bound is not kept)."""
         limits = self.limits
-        kept = Kept(mid, payload, now, deps)
-        if limits.count == 0 or kept.cost > limits.size:
+        cost = len(payload) + DEP_COST * len(deps) if deps else len(payload)
+        if limits.count == 0 or cost > limits.size:
             return
-        self._topics.setdefault(topic, deque()).append(kept)
+        kept = self._topics.get(topic)
+        if kept is None:
+            kept = self._topics[topic] = deque()
+        kept.append(Kept(mid, payload, now, deps, cost))
         self._order.append(topic)
-        self.size += kept.cost
+        self.size += cost
         while len(self._order) > limits.count or self.size > limits.size:
             self._evict()
         self.expire(now)

@@ -319,9 +319,9 @@ class NodeMachine:
         full = self.frontier.envelope(topic) + payload
         out: Out = self.core.publish(topic, full, now)
         self.frontier.published(topic)
-        for o in out:
-            if type(o) is Published:
-                self.recovery.kept(topic, o.id, full, now)
+        first = out[0]  # the core's Published leads its outputs
+        if type(first) is Published:
+            self.recovery.kept(topic, first.id, full, now)
         return out
 
     def hand(self, d: Delivered, now: float) -> int:
