@@ -401,3 +401,20 @@ def test_resumed_publications_keep_causal_order_across_sources(
     assert len(got) + missed == sum(lasts[s] - firsts[s] + 1 for s in firsts)
     if history == 1000:
         assert missed == 0
+
+
+def test_a_silent_source_is_asked_once_more_then_the_topic_goes_on() -> None:
+    """No answer within the timeout: the source is asked again and given one more
+    timeout (a re-dial can delay either way); then the held deliveries go on
+    and what is missing before them is counted."""
+    pair = _Pair(history=100, timeout=5.0)
+    made = [pair.publish(i) for i in range(4)]
+    assert pair.sub.hand(made[0], True, 0.0)[0] == 0
+    missed, out = pair.sub.hand(made[3], True, 1.0)
+    assert (missed, out) == (HELD, [(PUB, Resume("t", 7, 0))])
+    assert pair.sub.deadline() == 6.0
+    assert pair.sub.expire(6.0) == [(PUB, Resume("t", 7, 0))]  # asked again
+    assert pair.sub.deadline() == 11.0
+    (released,) = pair.sub.expire(11.0)
+    assert (released.delivery.id.seq, released.missed) == (3, 2)
+    assert pair.sub.deadline() is None

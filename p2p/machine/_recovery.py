@@ -8,8 +8,9 @@ its view after a partition or a restart of either), it sends that source a
 waits, in arrival order, until each source asked has answered with
 :class:`~p2p._wire.Replay` packets from its history
 (:mod:`p2p.machine._history`), left the view, or not answered within
-:attr:`RecoveryConfig.timeout`.  The recovered publications are handed on
-first, then the held ones, each through the frontier.
+:attr:`RecoveryConfig.timeout` twice (asked once more after the first).
+The recovered publications and the held ones are then handed on, merged in
+causal order (:class:`_Merge`), each through the frontier.
 
 Invariants: a publication reaches the application at most once (the frontier
 skips what it has passed); per source, in ordinal order; a recovered
@@ -53,8 +54,9 @@ class RecoveryConfig:
 
     history: HistoryLimits = field(default_factory=HistoryLimits)
     timeout: float = 5.0
-    """Seconds a topic is held for an answer before the held deliveries go on
-    (what did not arrive is then counted as missed)."""
+    """Seconds a topic is held for an answer before the silent sources are
+    asked once more, and then before the held deliveries go on (what did not
+    arrive is then counted as missed)."""
     spacing: float = 1.0
     """Seconds per answer to the same asker on the same topic, past a burst of
     :data:`ANSWER_BURST`."""
@@ -95,6 +97,8 @@ class _Hold:
     """Per source asked, the parts of its answer received so far."""
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)
     """Per source asked, the frontier it was asked from (its answer names it)."""
+    extended: bool = False
+    """The deadline passed once and the silent sources were asked again."""
     again: set[int] = field(default_factory=set)
     """Sources asked a second time: a held delivery showed that their answer
     was made before it and misses some of what came before it (once each)."""
@@ -298,11 +302,23 @@ class Recovery:
         return min((h.deadline for h in self._holds.values()), default=None)
 
     def expire(self, now: float) -> list[Any]:
-        """Holds past their deadline go on without the answers still missing."""
+        """Holds past their deadline: the sources that have not answered (still
+        members: one that left was dropped from ``waiting``) are asked once
+        more and given another ``timeout`` (a request or its answer can wait
+        behind a re-dial); past that, the topic goes on without them."""
         out: list[Any] = []
         for topic, hold in list(self._holds.items()):
-            if hold.deadline <= now:
+            if hold.deadline > now:
+                continue
+            if hold.extended or not hold.waiting:
                 out += self._release(topic, now)
+                continue
+            hold.extended = True
+            hold.deadline = now + self.config.timeout
+            for source in sorted(hold.waiting):
+                position = hold.positions[source]  # the same request: parts of
+                self.stats["resumes_sent"] += 1  # either answer count (the merge drops twins)
+                out.append((source, Resume(topic, *position)))
         return out
 
     def _release(self, topic: str, now: float, *, full: bool = False) -> list[Any]:

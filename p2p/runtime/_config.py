@@ -94,7 +94,8 @@ class NodeConfig:
     """Seconds a publication stays in that history."""
     resume_timeout: float = 5.0
     """Seconds a topic's deliveries wait for a publisher's answer to a resume
-    before they go on (what did not come is then counted as missed)."""
+    before it is asked once more, and then before they go on (what did not
+    come is then counted as missed)."""
     detector: bool = True
     """Run the failure detector (``False``: a crashed peer is never noticed and
     the rounds that wait for it stall, the behaviour before issue 5)."""

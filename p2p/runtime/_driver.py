@@ -26,6 +26,7 @@ from p2p._wire import (
     Control,
     Leave,
     Members,
+    Replay,
     Resume,
     Revoked,
     WireError,
@@ -342,8 +343,31 @@ class _Driver(_NodeState):
                 self._compare_revocations(sender, c.revocations)
             elif isinstance(c, Revoked):
                 self._on_revoked(sender, c.blob, now)
+            elif isinstance(c, Resume | Replay):
+                self._on_recovery(sender, c, now)
             else:
                 self._handle(self.machine.control(sender, c, now), now)
+
+    def _on_recovery(self, sender: int, c: Resume | Replay, now: float) -> None:
+        """A RESUME or a part of a REPLAY from ``sender``: to the machine, with a
+        log line for what it did not take (refused, or not asked for)."""
+        stats = self.machine.recovery.stats
+        before = stats["resumes_refused"], stats["replays_unasked"]
+        out = self.machine.control(sender, c, now)
+        if isinstance(c, Resume):
+            if stats["resumes_refused"] > before[0]:
+                self.quiet.warn(("resume refused", sender),
+                                "resume of %016x on %r not answered (not a member, or "
+                                "too many)", sender, c.topic)  # fmt: skip
+            else:
+                parts = sum(isinstance(o, SendControl) for o in out)
+                log.info("answering %016x on %r after ordinal %d: %d part(s)",
+                         sender, c.topic, c.ordinal, parts)  # fmt: skip
+        elif stats["replays_unasked"] > before[1]:
+            self.quiet.warn(("replay unasked", sender),
+                            "replay of %016x on %r not taken (not asked for now)",
+                            sender, c.topic)  # fmt: skip
+        self._handle(out, now)
 
     # ---------------------------------------------------------- revocation
 
