@@ -418,3 +418,21 @@ def test_a_silent_source_is_asked_once_more_then_the_topic_goes_on() -> None:
     (released,) = pair.sub.expire(11.0)
     assert (released.delivery.id.seq, released.missed) == (3, 2)
     assert pair.sub.deadline() is None
+
+
+def test_a_hold_past_its_byte_bound_goes_on_at_once() -> None:
+    """A member that answers with more than ``max_held_bytes`` of payloads (only
+    a dishonest one can: an answer is at most its history) ends the hold."""
+    frontier = Frontier(epoch=1)
+    sub = Recovery(SUB, frontier, RecoveryConfig(max_held_bytes=1000))
+    pub_frontier = Frontier(epoch=4)
+    made = []
+    for i in range(6):
+        made.append(Delivered("t", MsgId(PUB, 1, i), pub_frontier.envelope("t") + bytes(300)))
+        pub_frontier.published("t")
+    assert sub.hand(made[0], True, 0.0)[0] == 0
+    assert sub.hand(made[5], True, 0.0)[0] == HELD  # asks for 1..4
+    entries = tuple((1, i, made[i].payload, ()) for i in (1, 2, 3))
+    out = sub.replayed(PUB, Replay("t", 4, 0, 0, 2, entries), 0.0)  # 3 x 316 + 316 > 1000
+    assert [(r.delivery.id.seq, r.missed) for r in out] == [(1, 0), (2, 0), (3, 0), (5, 1)]
+    assert sub.deadline() is None

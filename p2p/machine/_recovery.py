@@ -20,7 +20,7 @@ asked for; what the history no longer holds is counted, exactly, as missed
 members, at most :data:`ANSWER_BURST` at once and then once per ``spacing``
 seconds per asker and topic, with at
 most its history; a subscriber takes a replay only from a source it asked,
-and holds at most ``max_held`` deliveries per topic.
+and holds at most ``max_held`` deliveries (and ``max_held_bytes``) per topic.
 """
 
 from __future__ import annotations
@@ -61,11 +61,21 @@ class RecoveryConfig:
     """Seconds per answer to the same asker on the same topic, past a burst of
     :data:`ANSWER_BURST`."""
     max_held: int = 10_000
-    """Most deliveries held per topic; one more releases the hold at once."""
+    """Most deliveries and replayed publications held per topic; one more
+    releases the hold at once."""
+    max_held_bytes: int = 16 * 1024 * 1024
+    """Most payload bytes held per topic (replays come from the network);
+    more releases the hold at once."""
 
     def __post_init__(self) -> None:
-        if not self.timeout > 0 or self.spacing < 0 or self.max_held < 1:
-            raise ValueError("recovery: timeout > 0, spacing >= 0 and max_held >= 1 required")
+        if not self.timeout > 0 or self.spacing < 0 or min(self.max_held, self.max_held_bytes) < 1:
+            raise ValueError(
+                "recovery: timeout > 0, spacing >= 0 and max_held(_bytes) >= 1 required"
+            )
+
+    def over(self, held: int, size: int) -> bool:
+        """Whether a hold of ``held`` items and ``size`` payload bytes is past the bounds."""
+        return held > self.max_held or size > self.max_held_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,8 @@ class _Hold:
     replays: dict[int, list[tuple[Delivered, Deps]]] = field(default_factory=dict)
     held: int = 0
     """Deliveries and replayed publications held (bounded by ``max_held``)."""
+    size: int = 0
+    """Their payload bytes (bounded by ``max_held_bytes``)."""
     answered: set[int] = field(default_factory=set)
     parts: dict[int, set[int]] = field(default_factory=dict)
     """Per source asked, the parts of its answer received so far."""
@@ -205,17 +217,19 @@ class Recovery:
         missed = self.frontier.delivered(topic, source, d.payload, hold=member)
         if missed != GAP:
             return missed, ()
-        hold = self._holds[topic] = _Hold(set(), set(), [d], now + self.config.timeout, held=1)
+        deadline = now + self.config.timeout
+        hold = self._holds[topic] = _Hold(set(), set(), [d], deadline, held=1, size=len(d.payload))
         return HELD, self._ask(hold, topic, source)
 
     def _queue(self, hold: _Hold, d: Delivered, member: bool, now: float) -> list[Any]:
         hold.queue.append(d)
         hold.held += 1
+        hold.size += len(d.payload)
         source = d.id.source
         out: list[Any] = []
         if member and source not in hold.asked and self.frontier.behind(d.topic, source, d.payload):
             out = self._ask(hold, d.topic, source)
-        if hold.held > self.config.max_held:
+        if self.config.over(hold.held, hold.size):
             out += self._release(d.topic, now, full=True)
         return out
 
@@ -268,10 +282,11 @@ class Recovery:
             if len(payload) >= ENVELOPE_SIZE:  # no honest member sends less
                 kept.append((Delivered(msg.topic, MsgId(source, inc, seq), payload), deps))
         hold.held += len(msg.entries)
+        hold.size += sum(len(entry[2]) for entry in msg.entries)
         if len(got) >= msg.parts:
             hold.waiting.discard(source)
             hold.answered.add(source)
-        full = hold.held > self.config.max_held
+        full = self.config.over(hold.held, hold.size)
         if not hold.waiting or full:
             return self._release(msg.topic, now, full=full)
         return []
@@ -348,6 +363,9 @@ class Recovery:
         rest = _Hold(set(), set(hold.asked), list(merge.queue), now + self.config.timeout)
         rest.replays = {s: list(items) for s, items in merge.replays.items()}
         rest.held = len(rest.queue) + sum(len(r) for r in rest.replays.values())
+        rest.size = sum(len(d.payload) for d in rest.queue) + sum(
+            len(d.payload) for items in rest.replays.values() for d, _ in items
+        )
         rest.answered = hold.answered - {source}
         rest.again = hold.again | {source}
         self._holds[topic] = rest
