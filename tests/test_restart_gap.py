@@ -86,10 +86,7 @@ def test_a_killed_subscriber_resumes_what_it_missed(tmp_path: Path, history: int
         for p in (procs[0], procs[2]):
             assert p.wait(span + 30) == 0, (tmp_path / "pub.err").read_text()[-2000:]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+        _kill_all(procs)
     traces = [tmp_path / n for n in ("pub.jsonl", "sub1.jsonl", "sub2.jsonl")]
     loaded = load_traces(traces)
     found = check_trace(loaded.events)
@@ -115,6 +112,14 @@ def test_a_killed_subscriber_resumes_what_it_missed(tmp_path: Path, history: int
         assert missed >= 300, report
         assert sum(r["event"] == "gap" for r in rows) == 1, report
         assert "missed" in err, err[-2000:]  # the warning line
+
+
+def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Every process still running is killed (a test's cleanup, even on failure)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
 
 
 def _rows(trace: Path) -> list[dict[str, Any]]:
@@ -151,10 +156,7 @@ def test_a_killed_publisher_ends_its_stream_and_starts_a_new_one(tmp_path: Path)
         for p in (procs[0], procs[2]):
             assert p.wait(span + 30) == 0, (tmp_path / "pub2.err").read_text()[-2000:]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+        _kill_all(procs)
     old, new = (_rows(tmp_path / f"pub{k}.jsonl") for k in (1, 2))
     sub = _rows(tmp_path / "sub.jsonl")
     pub_id = old[0]["node"]

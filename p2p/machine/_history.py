@@ -4,8 +4,9 @@ Each node keeps what it published, per topic, across its incarnations (a
 process's numbering, :mod:`p2p.machine._frontier`), so that a subscriber
 that was away can ask for it (:mod:`p2p.machine._recovery`).  Invariant: the
 entries held never exceed :attr:`HistoryLimits.count` nor, counted by their
-payload bytes, :attr:`HistoryLimits.size`; the oldest go first, and an entry
-older than :attr:`HistoryLimits.age` is never answered.
+payload bytes and :data:`DEP_COST` per dependency, :attr:`HistoryLimits.size`;
+the oldest go first, and an entry older than :attr:`HistoryLimits.age` is
+never answered.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class History:
         ``deps``; evict the oldest entries until the bounds hold again (one
         larger than the byte bound is not kept)."""
         limits = self.limits
-        cost = len(payload) + DEP_COST * len(deps) if deps else len(payload)
+        cost = len(payload) + DEP_COST * len(deps)
         if limits.count == 0 or cost > limits.size:
             return
         kept = self._topics.get(topic)

@@ -356,7 +356,7 @@ class Recovery:
 
         merge = _Merge(self.frontier, topic, hold)
         done = merge.run(again)
-        self.stats["recovered"] += merge.replayed - sum(len(r) for r in merge.replays.values())
+        self.stats["recovered"] += merge.recovered
         if done:
             return merge.out
         source = merge.queue[0].id.source
@@ -393,14 +393,14 @@ class _Merge:
             for s, items in hold.replays.items()
             if items
         }
-        self.replayed = sum(len(items) for items in self.replays.values())
+        self.recovered = 0
+        """Replayed publications handed on (not skipped as delivered already)."""
         self.queue = deque(hold.queue)
         self.queued: dict[int, deque[tuple[int, int]]] = {}
         """Per source, the envelopes of its held deliveries, in order."""
         for d in hold.queue:
             self.queued.setdefault(d.id.source, deque()).append(envelope_of(d.payload))
         self.out: list[Any] = []
-        self._replays = {id(d) for items in self.replays.values() for d, _ in items}
 
     def run(self, again: Callable[[Delivered], bool]) -> bool:
         """Hand on everything (True), or stop before a held delivery for which
@@ -415,7 +415,7 @@ class _Merge:
                     return False
                 self.queue.popleft()
                 self.queued[d.id.source].popleft()
-                self._through(d)
+                self._through(d, recovered=False)
                 continue
             source = min(self.replays)  # each waits on another: go on with one
             self._pop_replay(source)
@@ -438,7 +438,7 @@ class _Merge:
         d, _ = items.popleft()
         if not items:
             del self.replays[source]
-        self._through(d)
+        self._through(d, recovered=True)
 
     def _met(self, deps: Deps) -> bool:
         """Whether no publication a replayed one follows is still to come here."""
@@ -463,7 +463,8 @@ class _Merge:
         ]
         return min((e for e in firsts if e is not None), default=None)
 
-    def _through(self, d: Delivered) -> None:
+    def _through(self, d: Delivered, *, recovered: bool) -> None:
         missed = self.frontier.delivered(self.topic, d.id.source, d.payload)
         if missed != SKIP:
-            self.out.append(Release(d, missed, id(d) in self._replays))
+            self.recovered += recovered
+            self.out.append(Release(d, missed, recovered))

@@ -194,8 +194,7 @@ class _Driver(_NodeState):
         elif isinstance(o, RoundStarted):
             self._follow_revocation_file(trio.current_time())
         elif isinstance(o, Release):
-            self.stats["recovered"] += o.recovered
-            self._hand_on(o.delivery, o.missed)
+            self._released(o)
         elif isinstance(o, Reincarnated):
             self._reincarnated(o)
         elif isinstance(o, Stalled):
@@ -260,6 +259,17 @@ class _Driver(_NodeState):
         if missed >= 0:
             self._hand_on(d, missed)
 
+    def _released(self, o: Release) -> None:
+        """A delivery the machine held, or one recovered from its source's
+        history (whose payload no core checked: checked here as
+        :meth:`_deliver` checks the core's)."""
+        if o.recovered:
+            if len(o.delivery.payload) < _HEAD:
+                self.stats["malformed_payload"] += 1
+                return
+            self.stats["recovered"] += 1
+        self._hand_on(o.delivery, o.missed)
+
     def _hand_on(self, d: Delivered, missed: int) -> None:
         """Hand ``d`` to its subscription (after ``missed`` publications of its
         source it will not get): traced, timed, queued for the reader."""
@@ -267,9 +277,6 @@ class _Driver(_NodeState):
         if self._trace is not None:
             self._trace("deliver", d.topic, source, seq, incarnation)
         payload = d.payload
-        if len(payload) < _HEAD:  # a recovered one: checked here as the core's are
-            self.stats["malformed_payload"] += 1
-            return
         (stamp,) = _unpack_stamp(payload, ENVELOPE_SIZE)
         if missed:
             self._missed(d.topic, source, incarnation, missed)

@@ -151,7 +151,7 @@ class _NodeState:
         self._revocations: RevocationList | None = None
         self._revocation_file: Path | None = None
         self._revocation_seen: tuple[int, int] | None = None
-        """Per peer, the link and highest frame handled (duplicates after a reconnection)."""
+        """The revocation file's ``(st_mtime_ns, st_size)`` when it was last read."""
         self._frontier_store: FrontierStore | None = None
         """Where the delivery frontier is kept (``NodeConfig.frontier_file``)."""
         self._frontier_saved = 0
