@@ -4,13 +4,14 @@ of testing a sans-IO protocol), no clock and no I/O."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 import p2p.machine._machine as machine_module
 from p2p._membership import Peer
-from p2p._wire import Leave
+from p2p._wire import Body, Control, Leave, PeerExchange
 from p2p.machine import (
     ENVELOPE_SIZE,
     MemberDown,
@@ -23,7 +24,7 @@ from p2p.machine import (
     Stalled,
     Superseded,
 )
-from topics import LocalProtocolError, PubSubConfig, Send, VCubePS
+from topics import Bundle, LocalProtocolError, PubSubConfig, Send, VCubePS
 from vcube import DetectorConfig, Entry, Hypercube, Probe, Push, Reply
 
 CFG = DetectorConfig(interval=1.0, timeout=1.0, attempts=2, max_timeout=8.0)
@@ -48,20 +49,27 @@ def _machine(node: int, members: dict[int, int] | None = None) -> NodeMachine:
     return m
 
 
-def _deliver(machines: dict[int, NodeMachine], src: int, out: list[object], now: float) -> None:
+def _deliver(machines: dict[int, NodeMachine], src: int, out: Sequence[object], now: float) -> None:
     """Carry ``out`` from ``src`` to its destinations, and their answers, to the end."""
     queue = [(src, o) for o in out]
     while queue:
         sender, o = queue.pop(0)
         if isinstance(o, SendControl):
-            more = machines[o.dest].control(sender, o.msg, now)
+            more = machines[o.dest].receive(sender, _ctl(o.msg), now)
         elif isinstance(o, SendExchange):
-            more = machines[o.dest].exchange(sender, o.records, o.reply, now)
+            ex = PeerExchange(o.records, o.reply)
+            more = machines[o.dest].receive(sender, Body([], exchange=ex), now)
         elif isinstance(o, Send):
-            more = machines[o.dest].receive(sender, o.packet, now)
+            packets = list(o.packet.packets) if isinstance(o.packet, Bundle) else [o.packet]
+            more = machines[o.dest].receive(sender, Body(packets), now)
         else:
             continue
         queue += [(o.dest, x) for x in more]
+
+
+def _ctl(msg: Control) -> Body:
+    """A frame holding one control message."""
+    return Body([], control=(msg,))
 
 
 def test_the_machine_module_is_sans_io() -> None:
@@ -102,7 +110,7 @@ def test_records_and_leave() -> None:
     leave = b.leave(1.0)
     assert leave == [SendControl(1, Leave(1))]
     assert b.get_timer() is None  # a leaving node accuses nobody
-    got = a.control(2, Leave(1), 1.0)
+    got = a.receive(2, _ctl(Leave(1)), 1.0)
     downs = [o for o in got if isinstance(o, MemberDown)]
     assert downs == [MemberDown(2, 1, "left", True)]
     assert a.alive == set()
@@ -146,7 +154,7 @@ def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> No
     a.publish("t", b"x" * room, 0.0)
     old = a.core
     suspicion = Push(incarnation=1, version=5, entries=(Entry(1, 1, 1),))  # 2 says: 1 suspected
-    out = a.control(2, suspicion, 1.0)
+    out = a.receive(2, _ctl(suspicion), 1.0)
     re = [o for o in out if isinstance(o, Reincarnated)]
     assert re == [Reincarnated(1, 2)]
     assert a.incarnation == 2
@@ -158,7 +166,7 @@ def test_reincarnation_restarts_the_core_from_make_core_and_resubscribes() -> No
     a.publish("t", b"y" * room, 1.5)  # the same limit as before
     with pytest.raises(LocalProtocolError, match="envelope"):
         a.publish("t", b"z" * (room + 1), 1.5)
-    assert not [o for o in a.control(2, suspicion, 2.0) if isinstance(o, Reincarnated)]
+    assert not [o for o in a.receive(2, _ctl(suspicion), 2.0) if isinstance(o, Reincarnated)]
 
 
 def test_a_reincarnated_core_knows_which_lives_of_its_members_crashed() -> None:
@@ -172,7 +180,7 @@ def test_a_reincarnated_core_knows_which_lives_of_its_members_crashed() -> None:
     a.learn(3, 3, 0.5)  # node 3 restarted
     old = a.core
     suspicion = Push(incarnation=1, version=5, entries=(Entry(1, 1, 1),))
-    assert [o for o in a.control(2, suspicion, 1.0) if isinstance(o, Reincarnated)]
+    assert [o for o in a.receive(2, _ctl(suspicion), 1.0) if isinstance(o, Reincarnated)]
     assert a.core is not old
     for core in (old, a.core):
         assert core._is_dead(3, 2)
@@ -188,14 +196,16 @@ def test_a_newer_live_incarnation_of_its_own_id_supersedes_the_node() -> None:
     a = _machine(1, {2: 1})
     a.start_rounds(0.0)
     twin = Push(incarnation=1, version=5, entries=(Entry(1, 7, 0),))  # 2 says: 1 runs as 7
-    out = a.control(2, twin, 1.0)
+    out = a.receive(2, _ctl(twin), 1.0)
     assert [o for o in out if isinstance(o, Superseded | Reincarnated)] == [Superseded(7)]
     assert a.incarnation == 1
     assert a.get_timer() is None
     assert a.handle_timer(5.0) == []
     assert a.hint(2, 5.0) == []
     again = Push(incarnation=1, version=6, entries=(Entry(1, 7, 2),))
-    assert not [o for o in a.control(2, again, 6.0) if isinstance(o, Superseded | Reincarnated)]
+    assert not [
+        o for o in a.receive(2, _ctl(again), 6.0) if isinstance(o, Superseded | Reincarnated)
+    ]
 
 
 def test_a_newer_suspected_incarnation_of_its_own_id_is_an_earlier_life() -> None:
@@ -204,7 +214,7 @@ def test_a_newer_suspected_incarnation_of_its_own_id_is_an_earlier_life() -> Non
     restart (a Raspberry Pi without a clock): come back above it."""
     a = _machine(1, {2: 1})
     old_life = Push(incarnation=1, version=5, entries=(Entry(1, 7, 1),))
-    out = a.control(2, old_life, 1.0)
+    out = a.receive(2, _ctl(old_life), 1.0)
     assert [o for o in out if isinstance(o, Superseded | Reincarnated)] == [Reincarnated(1, 8)]
     assert a.superseded is None
 
@@ -218,6 +228,6 @@ def test_a_reply_from_a_peer_answers_its_probe() -> None:
     probe = probes[0].msg
     assert isinstance(probe, Probe)
     reply = Reply(round=probe.round, incarnation=1, version=0, entries=())
-    assert m.control(2, reply, 0.1) == []
+    assert m.receive(2, _ctl(reply), 0.1) == []
     assert m.detector is not None
     assert m.detector.deadline() is None

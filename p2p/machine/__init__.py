@@ -13,7 +13,10 @@ from p2p.machine._machine import (
     MemberDown,
     MemberUp,
     NodeMachine,
+    NodeOutput,
+    Refused,
     Reincarnated,
+    RevocationsAdopted,
     RoundStarted,
     SendControl,
     SendExchange,
@@ -21,6 +24,7 @@ from p2p.machine._machine import (
     Superseded,
     SuspicionCorrected,
     Verify,
+    VerifyRevocations,
 )
 from p2p.machine._recovery import ANSWER_BURST, HELD, Recovery, RecoveryConfig, Release
 
@@ -39,6 +43,9 @@ __all__ = [
     "MemberDown",
     "MemberUp",
     "NodeMachine",
+    "NodeOutput",
+    "Refused",
+    "RevocationsAdopted",
     "Recovery",
     "RecoveryConfig",
     "Reincarnated",
@@ -50,5 +57,6 @@ __all__ = [
     "Superseded",
     "SuspicionCorrected",
     "Verify",
+    "VerifyRevocations",
     "envelope_of",
 ]

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from p2p._errors import SecurityError
 from p2p._membership import Peer, RecordGossip, records_digest
-from p2p._wire import Control, Leave, Members, Replay, Resume
+from p2p._wire import Body, Control, Leave, Members, Replay, Resume, Revoked
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
 from p2p.machine._recovery import Recovery, RecoveryConfig, Release
-from topics import Delivered, LocalProtocolError, Published, VCubePS
+from topics import Delivered, LocalProtocolError, Output, Published, RemoteProtocolError, VCubePS
 from vcube import (
     Corrected,
     Detector,
@@ -47,6 +48,7 @@ from vcube import (
     Left,
     Probe,
     Push,
+    RemoteDetectorError,
     Reply,
     Reported,
     Restarted,
@@ -148,6 +150,28 @@ class RoundStarted:
     """A detector round ran (once per ``interval``, on a fixed grid)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A frame of ``peer`` broke the protocol (``reason``): what came before it in
+    the frame was taken and its outputs precede this one; the rest was not.
+    The driver closes the connection it came on (a simulated peer is honest,
+    so the simulator never sees one)."""
+
+    peer: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RevocationsAdopted:
+    """This node holds the fleet's revocation list ``serial`` now; ``fresh`` are
+    the nodes it revokes that were not revoked before (each one's
+    :class:`MemberDown` follows), ``self_revoked``: the list names this node."""
+
+    serial: int
+    fresh: tuple[int, ...]
+    self_revoked: bool
+
+
 MachineOutput = (
     SendControl
     | SendExchange
@@ -159,12 +183,22 @@ MachineOutput = (
     | Stalled
     | RoundStarted
     | Release
+    | Refused
+    | RevocationsAdopted
 )
 """The outputs of this module; a machine's output lists mix them with the core's."""
 
-Out = list[Any]
-"""Outputs in the order the driver must carry them out: core outputs and
-:data:`MachineOutput` items."""
+NodeOutput = Output | MachineOutput
+"""Everything a :class:`NodeMachine` call returns: the core's outputs
+(``topics.Output``) and :data:`MachineOutput`, one typed union a driver
+dispatches once."""
+
+Out = list[NodeOutput]
+"""Outputs in the order the driver must carry them out."""
+
+_REMOTE_ERRORS = (RemoteProtocolError, RemoteDetectorError, SecurityError)
+"""What a peer's frame can make the core, the detector or a verifier raise
+(a forged record or revocation list, a refused message): :class:`Refused`."""
 
 
 def _plain_overlay(members: frozenset[int], version: int) -> Hypercube:
@@ -175,10 +209,18 @@ def _no_records(record: bytes) -> tuple[Peer, int]:
     raise ValueError("this machine was given no record verifier")
 
 
+def _no_revocations(blob: bytes) -> tuple[int, frozenset[int]]:
+    raise ValueError("this machine was given no revocation verifier")
+
+
 Verify = Callable[[bytes], tuple[Peer, int]]
 """Checks a membership record's signature and fleet membership and returns the
 peer it names with the incarnation it announces; raises on a forged record
 (the driver closes the connection it came on)."""
+
+VerifyRevocations = Callable[[bytes], tuple[int, frozenset[int]]]
+"""Checks an encoded revocation list against the fleet's key and returns its
+serial and the nodes it revokes; raises on a forged or malformed one."""
 
 DIGEST_REFRESH = 10
 """Rounds between repeats of an unchanged record digest to a monitored node."""
@@ -204,7 +246,8 @@ class NodeMachine:
     suspicion of ``above`` with (the runtime's is clock-based, the
     simulator's ``above + 1``); ``overlay(members, version)`` builds the
     overlay (the simulator shares one per member set).  ``members`` are
-    peers known up from the start, admitted without events.
+    peers known up from the start, admitted without events; ``first_seq``
+    the sequence number a new process of this node publishes from.
     """
 
     def __init__(
@@ -218,7 +261,9 @@ class NodeMachine:
         overlay: Callable[[frozenset[int], int], Hypercube] = _plain_overlay,
         members: Mapping[int, int] | None = None,
         verify: Verify = _no_records,
+        verify_revocations: VerifyRevocations = _no_revocations,
         recovery: RecoveryConfig | None = None,
+        first_seq: int = 0,
         now: float = 0.0,
     ) -> None:
         self.id = node_id
@@ -234,9 +279,9 @@ class NodeMachine:
         self.dead: dict[int, int] = {}
         self.heard: dict[int, int | None] = {}
         """Peers a frame came from since the detector last heard of them, with the
-        newest detector version their frames carried (``None``: none did).  The
-        driver writes it directly (one dict write per frame, its hot path); the
-        machine hands it to the detector before any probe leaves or expires."""
+        newest detector version their frames carried (``None``: none did):
+        one dict write per frame in :meth:`receive`, handed to the detector
+        before any probe leaves or expires."""
         self.topics: set[str] = set()
         """The application's topics (subscribed and not unsubscribed)."""
         self.frontier = Frontier(incarnation)
@@ -245,9 +290,8 @@ class NodeMachine:
         self.recovery = Recovery(node_id, self.frontier, recovery or RecoveryConfig())
         """This node's history as a publisher and its resumes as a subscriber
         (with a detector only: without one nobody leaves the view to come back)."""
-        self.pending: Out = []
-        """Outputs of :meth:`hand` (a RESUME): the driver carries them out after
-        the batch it is handling, and empties this list."""
+        self._pending: Out = []
+        """Outputs of :meth:`hand` (a RESUME), for :meth:`take_pending`."""
         self.records_learned = 0
         self.record = b""
         """This node's own signed record (set by the driver; no record, no gossip)."""
@@ -257,19 +301,22 @@ class NodeMachine:
         """The record of each peer that left or was revoked (older ones stay out)."""
         self.revoked: set[int] = set()
         self.revocation_serial = 0
-        """The fleet's revocation list this node holds (the driver keeps it)."""
+        self.revocations = b""
+        """The fleet's revocation list this node holds (encoded; serial 0: none)."""
         self._verify = verify
+        self._verify_revocations = verify_revocations
         interval = 1.0 if detector is None else detector.interval
         self.gossip = RecordGossip(
             refresh=DIGEST_REFRESH * interval, resync=DIGEST_RESYNC * interval
         )
         self._version = 0
         self._next_round: float | None = None
-        self._armed: float | None = None
         self._leaving = False
         self.superseded: int | None = None
         """The newer incarnation of this id another process runs (:class:`Superseded`)."""
         self.core = make_core(incarnation)
+        if first_seq:  # a new process of a node: its publication ids stay unique
+            self.core.first_seq(first_seq)
         for node, inc in sorted((members or {}).items()):
             self._admit(node, inc, now)
         self.core.set_overlay(self._overlay(self.members(), self._version))
@@ -291,7 +338,7 @@ class NodeMachine:
 
     def subscribe(self, topic: str, now: float) -> Out:
         """Join ``topic`` (raises the core's ``LocalProtocolError`` on misuse)."""
-        out: Out = self.core.subscribe(topic, now)
+        out: Out = cast(Out, self.core.subscribe(topic, now))
         self.topics.add(topic)
         if self.detector is not None:  # a topic taken up again: what it missed meanwhile
             for source in sorted(self.alive):
@@ -299,7 +346,7 @@ class NodeMachine:
         return out
 
     def unsubscribe(self, topic: str, now: float) -> Out:
-        out: Out = self.core.unsubscribe(topic, now)
+        out: Out = cast(Out, self.core.unsubscribe(topic, now))
         self.topics.discard(topic)
         self.frontier.forget(topic)
         self.recovery.forget(topic)
@@ -317,7 +364,7 @@ class NodeMachine:
                 f"less the {ENVELOPE_SIZE}-byte envelope)"
             )
         full = self.frontier.envelope(topic) + payload
-        out: Out = self.core.publish(topic, full, now)
+        out: Out = cast(Out, self.core.publish(topic, full, now))
         self.frontier.published(topic)
         first = out[0]  # the core's Published leads its outputs
         if type(first) is Published:
@@ -329,14 +376,21 @@ class NodeMachine:
         source's publications this node will not get before it (hand it to
         the application now), or ``SKIP`` / ``HELD`` (negative: not now; a
         :class:`Release` output hands a held one on).  A delivery behind a
-        member source asks it for the rest (``p2p.machine._recovery``), into
-        :attr:`pending`."""
+        member source asks it for the rest (``p2p.machine._recovery``): those
+        outputs wait for :meth:`take_pending`."""
         source = d.id.source
         member = self.detector is not None and source in self.alive
         missed, out = self.recovery.hand(d, member, now)
         if out:
-            self.pending += self._sent(out)
+            self._pending += self._sent(out)
         return missed
+
+    def take_pending(self) -> Out:
+        """The outputs :meth:`hand` made (RESUMEs, releases): a driver carries them
+        out after the batch whose deliveries it handed, and calls this until
+        it returns nothing."""
+        out, self._pending = self._pending, []
+        return out
 
     def _sent(self, items: Iterable[Any]) -> Out:
         """Recovery's outputs as machine outputs: ``(dest, control)`` pairs become
@@ -353,9 +407,50 @@ class NodeMachine:
                 out += self.core.recovered(o.delivery.topic, o.delivery.id)
         return out
 
-    def receive(self, sender: int, packet: Any, now: float) -> Out:
-        """A core packet from ``sender`` (an authenticated peer)."""
-        out: Out = self.core.receive(sender, packet, now)
+    def receive(self, peer: int, body: Body, now: float) -> Out:
+        """A decoded frame from ``peer`` (authenticated by the driver): the one door
+        by which a frame's content reaches this node.
+
+        In order: its records (a peer back as a new incarnation sends its new
+        record ahead of its new life's packets, and an answer to a life taken
+        for dead is lost), a restart its packets show, the sign of life (with
+        the detector version the frame carries), the core packets, then the
+        control messages.  A part that breaks the protocol stops the frame:
+        the outputs of what came before it, then :class:`Refused`."""
+        if peer in self.revoked:
+            return [Refused(peer, f"{peer:016x} was revoked by the fleet")]
+        packets, alive = body.packets, body.alive
+        heard = self.heard
+        if alive is None:
+            heard.setdefault(peer, None)
+        else:
+            seen = heard.get(peer)
+            heard[peer] = alive if seen is None or seen < alive else seen
+        if (
+            len(packets) == 1  # the hot path: one packet of a peer in the view
+            and body.exchange is None
+            and not body.control
+            and (peer not in self.dead or peer in self.alive)
+        ):
+            try:
+                return cast(Out, self.core.receive(peer, packets[0], now))
+            except _REMOTE_ERRORS as exc:
+                return [Refused(peer, str(exc))]
+        out: Out = []
+        try:
+            if body.exchange is not None:
+                ex = body.exchange
+                out += self.exchange(peer, ex.records, ex.reply, now)
+            if packets and peer in self.dead and peer not in self.alive:
+                incs = [p.round.incarnation for p in packets if p.round.source == peer]
+                out += self.restarted_by(peer, incs, now)
+            core = self.core
+            for packet in packets:
+                out += core.receive(peer, packet, now)
+            for msg in body.control:
+                out += self._control(peer, msg, now)
+        except _REMOTE_ERRORS as exc:
+            out.append(Refused(peer, str(exc)))
         return out
 
     def leave(self, now: float) -> Out:
@@ -387,13 +482,17 @@ class NodeMachine:
             return self.learn(peer, inc, now)
         return []
 
-    def control(self, sender: int, msg: Control, now: float) -> Out:
-        """A LEAVE or a detector message from ``sender`` (other controls are the
-        driver's).  Raises ``RemoteDetectorError`` on a message the detector
-        refuses (the driver closes that connection); without a detector,
-        detector messages are ignored."""
+    def _control(self, sender: int, msg: Control, now: float) -> Out:
+        """A control message from ``sender``.  Raises ``RemoteDetectorError`` on a
+        message the detector refuses, ``SecurityError`` on a forged revocation
+        list (:meth:`receive` makes either :class:`Refused`); without a
+        detector, detector messages are ignored."""
         if isinstance(msg, Leave):
             return self.left(sender, msg.incarnation, "left", now)
+        if isinstance(msg, Members):
+            return self.on_digest(sender, msg.digest, now) + self._compare(sender, msg.revocations)
+        if isinstance(msg, Revoked):
+            return self.adopt_revocations(msg.blob, now)
         if isinstance(msg, Resume):
             # A member of the fleet, not revoked: one this node admitted once or
             # holds a verified record of (an asker it still suspects after a
@@ -421,6 +520,33 @@ class NodeMachine:
         self._depart(node)
         inc = self.incs.get(node, 0)
         return self._over(node, inc, max(inc, self.dead.get(node, -1) + 1), "revoked", now)
+
+    def adopt_revocations(self, blob: bytes, now: float) -> Out:
+        """The fleet's revocation list ``blob`` (from a peer, or the driver's file):
+        adopted if genuine and newer than the one held.  Its nodes leave at once
+        and are refused from now on, and the list goes on to this node's VCube
+        neighbours.  Raises ``SecurityError`` on a forged list."""
+        serial, nodes = self._verify_revocations(blob)
+        if serial <= self.revocation_serial:
+            return []
+        self.revocation_serial, self.revocations = serial, blob
+        fresh = sorted(nodes - self.revoked - {self.id})
+        out: Out = [RevocationsAdopted(serial, tuple(fresh), self.id in nodes)]
+        for node in fresh:
+            out += self.revoke(node, now)
+        notice = Revoked(blob)
+        children = self.core.overlay.children(self.id, self.id)
+        return out + [SendControl(n, notice) for n in children]
+
+    def _compare(self, sender: int, theirs: int) -> Out:
+        """``sender`` holds revocation list ``theirs``: send ours if newer, ask for
+        its own (our digest and serial) if older."""
+        mine = self.revocation_serial
+        if theirs == mine or sender not in self.peers:
+            return []
+        if theirs < mine:
+            return [SendControl(sender, Revoked(self.revocations))]
+        return [SendControl(sender, Members(records_digest(self.known_records()), mine))]
 
     def _depart(self, node: int) -> None:
         """Keep ``node``'s record as departed: an older or equal one stays out."""
@@ -489,6 +615,15 @@ class NodeMachine:
                 return False, []
         self.peers[node] = peer
         return True, self.learn(node, inc, now)
+
+    def restore_frontier(self, frontiers: dict[str, dict[int, tuple[int, int]]]) -> None:
+        """What this node delivered before its process restarted (kept in its node
+        directory): its resumes and gap counts start from there."""
+        self.frontier.restore(frontiers)
+
+    def set_record(self, record: bytes) -> None:
+        """This node's own signed record (a new one for each incarnation)."""
+        self.record = record
 
     def known_records(self) -> list[bytes]:
         """This node's record and those of the peers it believes up (what an
@@ -560,16 +695,18 @@ class NodeMachine:
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` is next due (``None``: no detector, rounds
-        not started, leaving, or superseded).  The driver re-reads it after every input: a
-        hint may move it earlier."""
+        not started, leaving, or superseded); a pure query.
+
+        The timer contract, the same for every driver: after each call into
+        the machine, the driver's one wake-up is ``get_timer()`` (an input may
+        move it earlier or later), and when that time comes it calls
+        :meth:`handle_timer` with the time it actually runs."""
         det, next_round = self.detector, self._next_round
         if det is None or next_round is None or self._stopped:
-            self._armed = None
             return None
         due = min((t for t in (det.deadline(), self.recovery.deadline()) if t is not None),
                   default=None)  # fmt: skip
-        self._armed = next_round if due is None else min(due, next_round)
-        return self._armed
+        return next_round if due is None else min(due, next_round)
 
     def handle_timer(self, now: float) -> Out:
         """The timer fired: a detector round if one is due (rounds keep a fixed
@@ -580,9 +717,9 @@ class NodeMachine:
         if det is None or next_round is None or self._stopped:
             return []
         out: Out = []
-        armed, self._armed = self._armed, None
-        if armed is not None and now - armed > det.config.timeout / 4:
-            out.append(Stalled(now - armed, det.resumed(now)))
+        due = self.get_timer()  # what the driver was woken for (the contract)
+        if due is not None and now - due > det.config.timeout / 4:
+            out.append(Stalled(now - due, det.resumed(now)))
         out += self._flush(now)
         if now >= next_round:
             out += self._on_detector(det.tick(now), now)
@@ -731,7 +868,10 @@ __all__ = [
     "MemberDown",
     "MemberUp",
     "NodeMachine",
+    "NodeOutput",
+    "Refused",
     "Reincarnated",
+    "RevocationsAdopted",
     "RoundStarted",
     "SendControl",
     "SendExchange",
@@ -739,4 +879,5 @@ __all__ = [
     "Superseded",
     "SuspicionCorrected",
     "Verify",
+    "VerifyRevocations",
 ]

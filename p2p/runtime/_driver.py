@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
 
 import trio
 
-from causal import MsgId
 from p2p._errors import IdentityError, IdentityInUseError, SecurityError
-from p2p._membership import records_digest
-from p2p._revocation import RevocationList, load_revocations
+from p2p._revocation import load_revocations
 from p2p._wire import (
     Control,
-    Leave,
-    Members,
     Replay,
     Resume,
-    Revoked,
     WireError,
     encode_packets,
     frame,
@@ -37,8 +35,11 @@ from p2p.machine import (
     ENVELOPE_SIZE,
     MemberDown,
     MemberUp,
+    NodeOutput,
+    Refused,
     Reincarnated,
     Release,
+    RevocationsAdopted,
     RoundStarted,
     SendControl,
     SendExchange,
@@ -53,7 +54,7 @@ from topics import (
     Bundle,
     Delivered,
     Dropped,
-    Output,
+    Held,
     Published,
     Received,
     RoundAcked,
@@ -87,41 +88,75 @@ class _Driver(_NodeState):
             except trio.WouldBlock:
                 log.error("membership watcher too slow: dropped %s", event)
 
-    def _handle(self, outputs: list[Output], now: float | None = None) -> None:
-        """Carry out a core's outputs (synchronously: the core stays single-threaded).
+    def _handle(self, outputs: Sequence[NodeOutput], now: float | None = None) -> None:
+        """Carry out a machine call's outputs, in order (synchronously: the machine
+        stays single-threaded): the one dispatch of this driver.
 
-        Dispatched on the exact type, the per-publication outputs first (a
-        received round yields two per publication); anything else, a subclass
-        included, goes through :meth:`_handle_other`.
+        The per-publication outputs are tested first, on the exact type (a
+        received round yields two per publication); every other type of the
+        closed union :data:`~p2p.machine.NodeOutput` has its handler in
+        :meth:`_handlers`.  Then what the deliveries made the machine ask for
+        (:meth:`~p2p.machine.NodeMachine.take_pending`).
         """
         recording = self.recorder is not None
         if recording:  # one clock read per batch (``now``, if the caller has one)
             self._now = trio.current_time() if now is None else now
+        handlers = self._on
         for o in outputs:
             if type(o) is Delivered:
                 self._deliver(o)
             elif type(o) is Received:
-                if recording and not o.relay:  # _on_received, inlined: hot path
+                if recording and not o.relay:  # hot path
                     if self._arrived is not None:
                         self._received_at[self._arrived] = self._now
                     self._arrived = o.id
-            elif type(o) is Published:
-                self._on_published(o)
             elif type(o) is Send:
                 self._send(o)
             else:
-                self._handle_other(o)
+                handlers[type(o)](o)
         if self._arrived is not None:  # held back past its batch: timed from now
             self._received_at[self._arrived] = self._now
             self._arrived = None
-        if self.machine.pending:  # what the deliveries asked for (a RESUME)
-            pending, self.machine.pending = self.machine.pending, []
+        pending = self.machine.take_pending()
+        if pending:  # what the deliveries asked for (a RESUME)
             self._handle(pending, now)
             return
         if self._eager and not self._stepping:
             self._write_eager()
         if self._frontier_store is not None:  # once per batch: the check is inside
             self._write_frontier()
+        if self._detector_wake is not None:
+            self._rewake(self._detector_wake)
+
+    def _rewake(self, wake: trio.CancelScope) -> None:
+        """The timer contract (``NodeMachine.get_timer``): after every call into the
+        machine the one wake-up is its timer, earlier or later; none ends the
+        timer task at once."""
+        due = self.machine.get_timer()
+        wake.deadline = trio.current_time() if due is None else due
+
+    @cached_property
+    def _on(self) -> dict[type, Callable[[Any], None]]:
+        """The handler of each output type but the three :meth:`_handle` inlines."""
+        return {
+            Published: self._on_published,
+            Subscribed: self._on_subscribed,
+            RoundAcked: self._on_acked,
+            Dropped: self._on_dropped,
+            Held: _ignore,
+            SendControl: self._send_control,
+            SendExchange: self._send_exchange,
+            MemberUp: self._member_up,
+            MemberDown: self._member_down,
+            SuspicionCorrected: self._corrected,
+            RoundStarted: self._round_started,
+            Release: self._released,
+            Reincarnated: self._reincarnated,
+            Stalled: self._stalled,
+            Superseded: self._superseded,
+            Refused: _ignore,  # the reader that called the machine closes the connection
+            RevocationsAdopted: self._revocations_adopted,
+        }
 
     def _write_frontier(self) -> None:
         """Write the frontier after the deliveries that moved it (one ``pwrite``,
@@ -145,62 +180,39 @@ class _Driver(_NodeState):
         for link in eager:
             link.write_now()
 
-    def _on_received(self, mid: MsgId) -> None:
-        """Note ``mid``'s arrival; the previous one, still undelivered, is held back."""
-        if self._arrived is not None:
-            self._received_at[self._arrived] = self._now
-        self._arrived = mid
+    def _on_subscribed(self, o: Subscribed) -> None:
+        self._trace_event("subscribed", o.topic, None, None)
+        ev = self._subscribed.pop(o.topic, None)
+        if ev is not None:
+            ev.set()
 
-    def _handle_other(self, o: Output) -> None:
-        if isinstance(o, Send):
-            self._send(o)
-        elif isinstance(o, Delivered):
-            self._deliver(o)
-        elif isinstance(o, Subscribed):
-            self._trace_event("subscribed", o.topic, None, None)
-            ev = self._subscribed.pop(o.topic, None)
-            if ev is not None:
-                ev.set()
-        elif isinstance(o, RoundAcked):
-            self._on_acked(o)
-        elif isinstance(o, Received):
-            if self.recorder is not None and not o.relay:
-                self._on_received(o.id)
-        elif isinstance(o, Published):
-            self._on_published(o)
-        elif isinstance(o, Dropped):
-            log.warning("%d publications on %r dropped: %s", o.count, o.topic, o.reason)
-        else:
-            self._on_machine(o)
+    def _on_dropped(self, o: Dropped) -> None:
+        log.warning("%d publications on %r dropped: %s", o.count, o.topic, o.reason)
 
-    def _on_machine(self, o: object) -> None:
-        """Carry out one of the machine's membership outputs (``p2p.machine``)."""
-        if isinstance(o, SendControl):
-            if isinstance(o.msg, Resume):
-                self.stats["resumes"] += 1
-                log.info("asking %016x for what it published on %r after ordinal %d",
-                         o.dest, o.msg.topic, o.msg.ordinal)  # fmt: skip
-            self._link(o.dest).put_control(o.msg)
-        elif isinstance(o, SendExchange):
-            self._link(o.dest).put_exchange(list(o.records), reply=o.reply)
-        elif isinstance(o, MemberUp):
-            self._new_life(o.node, o.incarnation)
-            self._membership_changed(MembershipEvent("joined", o.node, o.incarnation, o.reason))
-        elif isinstance(o, MemberDown):
-            self._member_down(o)
-        elif isinstance(o, SuspicionCorrected):
-            self.stats["corrections"] += 1
-            log.info("%016x answers again; waiting for its new incarnation", o.node)
-        elif isinstance(o, RoundStarted):
-            self._follow_revocation_file(trio.current_time())
-        elif isinstance(o, Release):
-            self._released(o)
-        elif isinstance(o, Reincarnated):
-            self._reincarnated(o)
-        elif isinstance(o, Stalled):
-            self._stalled(o)
-        elif isinstance(o, Superseded):
-            self._superseded(o)
+    def _send_control(self, o: SendControl) -> None:
+        msg = o.msg
+        if type(msg) is Resume:
+            self.stats["resumes"] += 1
+            log.info("asking %016x for what it published on %r after ordinal %d",
+                     o.dest, msg.topic, msg.ordinal)  # fmt: skip
+        elif type(msg) is Replay and msg.part == 0:
+            log.info("answering %016x on %r after ordinal %d: %d part(s)",
+                     o.dest, msg.topic, msg.ordinal, msg.parts)  # fmt: skip
+        self._link(o.dest).put_control(msg)
+
+    def _send_exchange(self, o: SendExchange) -> None:
+        self._link(o.dest).put_exchange(list(o.records), reply=o.reply)
+
+    def _member_up(self, o: MemberUp) -> None:
+        self._new_life(o.node, o.incarnation)
+        self._membership_changed(MembershipEvent("joined", o.node, o.incarnation, o.reason))
+
+    def _corrected(self, o: SuspicionCorrected) -> None:
+        self.stats["corrections"] += 1
+        log.info("%016x answers again; waiting for its new incarnation", o.node)
+
+    def _round_started(self, o: RoundStarted) -> None:
+        self._follow_revocation_file(trio.current_time())
 
     def _member_down(self, o: MemberDown) -> None:
         """``o.node`` up to ``o.incarnation`` is over: if that ends the life in
@@ -333,85 +345,14 @@ class _Driver(_NodeState):
             self._nursery.start_soon(link.run)
         return link
 
-    # ------------------------------------------------------------- liveness
-
-    def _on_control(self, sender: int, control: tuple[Control, ...]) -> None:
-        """Detector messages go to the detector, a leave makes ``sender`` leave.
-
-        Raises :class:`RemoteDetectorError` (the connection is closed) on a
-        message the detector refuses; a node without a detector ignores them.
-        """
-        now = trio.current_time()
-        for c in control:
-            if isinstance(c, Leave):
-                self._on_leave(sender, c.incarnation, now)
-            elif isinstance(c, Members):
-                self._handle(self.machine.on_digest(sender, c.digest, now), now)
-                self._compare_revocations(sender, c.revocations)
-            elif isinstance(c, Revoked):
-                self._on_revoked(sender, c.blob, now)
-            elif isinstance(c, Resume | Replay):
-                self._on_recovery(sender, c, now)
-            else:
-                self._handle(self.machine.control(sender, c, now), now)
-
-    def _on_recovery(self, sender: int, c: Resume | Replay, now: float) -> None:
-        """A RESUME or a part of a REPLAY from ``sender``: to the machine, with a
-        log line for what it did not take (refused, or not asked for)."""
-        stats = self.machine.recovery.stats
-        before = stats["resumes_refused"], stats["replays_unasked"]
-        out = self.machine.control(sender, c, now)
-        if isinstance(c, Resume):
-            if stats["resumes_refused"] > before[0]:
-                self.quiet.warn(("resume refused", sender),
-                                "resume of %016x on %r not answered (not a member, or "
-                                "too many)", sender, c.topic)  # fmt: skip
-            else:
-                parts = sum(isinstance(o, SendControl) for o in out)
-                log.info("answering %016x on %r after ordinal %d: %d part(s)",
-                         sender, c.topic, c.ordinal, parts)  # fmt: skip
-        elif stats["replays_unasked"] > before[1]:
-            self.quiet.warn(("replay unasked", sender),
-                            "replay of %016x on %r not taken (not asked for now)",
-                            sender, c.topic)  # fmt: skip
-        self._handle(out, now)
-
     # ---------------------------------------------------------- revocation
 
-    def _compare_revocations(self, sender: int, theirs: int) -> None:
-        """``sender`` holds revocation list ``theirs``: send ours if newer, ask
-        for its own (our digest and serial) if older."""
-        mine = self._revocations.serial if self._revocations else 0
-        if theirs < mine and sender in self.peers:
-            assert self._revocations is not None
-            self._link(sender).put_control(Revoked(self._revocations.encode()))
-        elif theirs > mine and sender in self.peers:
-            self._link(sender).put_control(Members(records_digest(self.known_records()), mine))
-
-    def _on_revoked(self, sender: int, blob: bytes, now: float) -> None:
-        """A revocation list from ``sender``: adopted if the fleet issued it and it
-        is newer.  A forged one closes the connection (raises SecurityError)."""
-        rl = RevocationList.decode(blob)
-        rl.verify(self.fleet)
-        self._adopt_revocations(rl, now)
-
-    def _adopt_revocations(self, rl: RevocationList, now: float) -> None:
-        """Adopt ``rl`` if newer: its nodes leave at once (links dropped, refused
-        from now on), and the list goes on to this node's VCube neighbours."""
-        if self._revocations is not None and rl.serial <= self._revocations.serial:
-            return
-        self._revocations = rl
-        self.machine.revocation_serial = rl.serial
-        fresh = sorted(rl.nodes - self._revoked - {self.id})
-        self._revoked.update(rl.nodes - {self.id})
-        if self.id in rl.nodes:
+    def _revocations_adopted(self, o: RevocationsAdopted) -> None:
+        """The machine adopted the fleet's list ``o.serial`` (its nodes' departures follow)."""
+        if o.self_revoked:
             log.error("the fleet revoked this node: its peers refuse it from now on")
-        for node in fresh:
-            log.warning("%016x revoked by the fleet (list %d): dropped", node, rl.serial)
-            self._handle(self.machine.revoke(node, now), now)
-        blob = Revoked(rl.encode())
-        for neighbour in self.core.overlay.children(self.id, self.id):
-            self._link(neighbour).put_control(blob)
+        for node in o.fresh:
+            log.warning("%016x revoked by the fleet (list %d): dropped", node, o.serial)
 
     def _follow_revocation_file(self, now: float) -> None:
         """Adopt the revocation file when it appears or changes (one stat a round)."""
@@ -432,17 +373,16 @@ class _Driver(_NodeState):
             log.error("revocation list not adopted: %s", exc)
             return
         if rl is not None:
-            self._adopt_revocations(rl, now)
-
-    def _on_leave(self, sender: int, inc: int, now: float) -> None:
-        """``sender``'s incarnation ``inc`` leaves: forgotten, not suspected."""
-        self._handle(self.machine.left(sender, inc, "left", now), now)
+            try:
+                self._handle(self.machine.adopt_revocations(rl.encode(), now), now)
+            except SecurityError as exc:  # checked by load_revocations already
+                log.error("revocation list not adopted: %s", exc)
 
     async def _detect(self) -> None:
         """Run the machine's timer: detector rounds every ``detector_interval``
         seconds on a fixed grid, and between rounds each probe's expiry at its
         deadline, so a suspicion takes ``timeout`` per attempt, not a round.
-        A hint that probes earlier moves the sleep (:meth:`_unreachable`)."""
+        Any input that moves the timer moves the sleep (:meth:`_rewake`)."""
         machine = self.machine
         with self._detecting:
             machine.start_rounds(trio.current_time())
@@ -510,11 +450,7 @@ class _Driver(_NodeState):
         if self._closed:
             return
         now = trio.current_time()
-        self._handle(self.machine.hint(node, now), now)
-        due = self.machine.get_timer()
-        wake = self._detector_wake
-        if due is not None and wake is not None and due < wake.deadline:
-            wake.deadline = due
+        self._handle(self.machine.hint(node, now), now)  # moves the timer (_rewake)
 
     def _reincarnated(self, o: Reincarnated) -> None:
         """Others treated this incarnation as crashed; the machine restarted the
@@ -559,6 +495,10 @@ _ONE_OFF_ERRORS = (
     trio.BrokenResourceError,
 )
 """What a one-off connection (a seed exchange, a leave) may fail with: logged, not raised."""
+
+
+def _ignore(o: object) -> None:
+    """An output this driver has nothing to do for."""
 
 
 async def _raise(exc: BaseException) -> None:

@@ -18,7 +18,7 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from functools import partial
@@ -34,6 +34,7 @@ from p2p._membership import Peer
 from p2p._revocation import REVOKED_FILE
 from p2p._transport import is_loopback, parse_address, quiet_accept_errors
 from p2p._wire import Leave
+from p2p.machine import NodeOutput
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP, MembershipEvent, Subscription
 from p2p.runtime._discovery import Discovery
@@ -44,7 +45,7 @@ from p2p.runtime._frontier_file import (
 )
 from p2p.runtime._liveness import incarnation_of
 from p2p.runtime._serve import _Server
-from topics import Output, Published
+from topics import Published
 
 if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetry_dir)
     from p2p.telemetry._recorder import Recorder
@@ -59,7 +60,7 @@ runs (up to a whole queue of rounds), while the round its last ACK wave
 released waits for the link writers."""
 
 
-def _published_id(out: list[Output]) -> MsgId:
+def _published_id(out: Sequence[NodeOutput]) -> MsgId:
     """The id in the :class:`~topics.Published` among a publication's outputs."""
     first = out[0] if out else None
     if type(first) is Published:  # where the core puts it
@@ -157,7 +158,7 @@ class Node(_Server):
             self._check_open()
             now = trio.current_time()
             stamp = _STAMP.pack(time.time())
-            out: list[Output] = []
+            out: list[NodeOutput] = []
             try:
                 for payload in items[start : start + PUBLISH_BATCH]:
                     more = self.machine.publish(topic, stamp + payload, now)
@@ -307,7 +308,7 @@ class Node(_Server):
         restart)."""
         store = self._frontier_store = FrontierStore(path)
         try:
-            self.machine.frontier.restore(store.load())
+            self.machine.restore_frontier(store.load())
         except FrontierFileError as exc:
             log.warning("%s; publications missed before this start are not counted", exc)
         self._frontier_saved = self._frontier_synced = self.machine.frontier.changes

@@ -31,11 +31,21 @@ from p2p._transport import (
     parse_address,
     remote_host,
 )
-from p2p._wire import PeerExchange, WireError, decode_body, encode_packets, frame
+from p2p._wire import (
+    Body,
+    PeerExchange,
+    Replay,
+    Resume,
+    WireError,
+    decode_body,
+    encode_packets,
+    frame,
+)
+from p2p.machine import Refused
 from p2p.runtime._driver import _ONE_OFF_ERRORS, _Driver
 from p2p.runtime._link import EXCHANGE_CHUNK, _why
 from p2p.runtime._state import _Pending
-from topics import Packet, RemoteProtocolError
+from topics import RemoteProtocolError
 from vcube import RemoteDetectorError
 
 log = logging.getLogger("p2p.node")
@@ -54,20 +64,6 @@ _RECORD_OVERHEAD = 4 + 8 + 16
 
 class _Server(_Driver):
     """Serves accepted connections and exchanges peers (see the module docstring)."""
-
-    def _on_exchange(self, sender: int, exchange: PeerExchange) -> None:
-        """Learn the verified records of a peer exchange, answer it, and pass news on.
-
-        Invariant: a record reaches ``add_peer`` only after ``verify``; news goes
-        to this node's VCube neighbours (not back to ``sender``), so a join
-        floods the overlay once, and a reply goes only where one was asked.
-        """
-        now = trio.current_time()
-        before = self.machine.records_learned
-        self._handle(self.machine.exchange(sender, exchange.records, exchange.reply, now), now)
-        self.stats["records_learned"] += self.machine.records_learned - before
-        if exchange.reply and sender not in self.peers:
-            log.warning("peer %016x asked for records without sending its own", sender)
 
     async def _seed(self, address: str) -> None:
         """Exchange peers with one seed now and every ``seed_interval`` seconds."""
@@ -279,11 +275,12 @@ class _Server(_Driver):
     async def _read_loop(
         self, messages: Messages, session: SecureSession, link: int, lseq: int, first: bytes | None
     ) -> None:
-        """:meth:`_read_frames` after the link's hello."""
+        """:meth:`_read_frames` after the link's hello: each new frame goes whole to
+        ``NodeMachine.receive``, and a :class:`~p2p.machine.Refused` among its
+        outputs (always the last) closes the connection."""
         peer = session.peer_id
-        heard = self._heard
-        alive_set, dead = self._alive, self._dead
-        revoked = self._revoked
+        machine = self.machine
+        stats = self.stats
         while True:
             if first is not None:
                 plain, first = first, None
@@ -291,45 +288,59 @@ class _Server(_Driver):
                 plain = session.open(record)
             else:
                 return
-            if peer in revoked:  # checked after the wait: the list may have come meanwhile
-                raise SecurityError(f"{peer:016x} was revoked by the fleet")
             if link:
                 lseq += 1
                 if not self._received.fresh(peer, link, lseq):
-                    self.stats["frames_duplicate"] += 1
+                    stats["frames_duplicate"] += 1
                     if not messages.ready:
                         await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
                     continue
             body = decode_body(plain, self._limits)
-            if body.exchange is not None:
-                # Records first: a peer back as a new incarnation sends its new
-                # record ahead of its new life's packets, relayed ones
-                # included, and an answer to a life taken for dead is lost.
-                self._on_exchange(peer, body.exchange)
-            if peer in dead and peer not in alive_set and body.packets:
-                self._restarted_by(peer, body.packets)
-            alive = body.alive
-            if alive is None:
-                heard.setdefault(peer, None)
-            else:
-                seen = heard.get(peer)
-                heard[peer] = alive if seen is None or seen < alive else seen
-            self.stats["frames_received"] += 1
-            self.stats["bytes_received"] += len(plain) + _RECORD_OVERHEAD
+            stats["frames_received"] += 1
+            stats["bytes_received"] += len(plain) + _RECORD_OVERHEAD
+            stats["packets_received"] += len(body.packets)
             now = trio.current_time()  # every packet of a frame arrived together
+            notes = self._notes_before(body)
             self._stepping = True  # one write per link for all the frame sends
             try:
-                for packet in body.packets:
-                    self.stats["packets_received"] += 1
-                    self._handle(self.core.receive(peer, packet, now), now)
+                out = machine.receive(peer, body, now)
+                self._handle(out, now)
             finally:
                 self._stepping = False
+            if notes is not None:
+                self._notes_after(peer, body, notes)
+            if out and type(out[-1]) is Refused:
+                raise RemoteProtocolError(out[-1].reason)
             if self._eager and not messages.ready:  # else after the last frame read
                 self._write_eager()
-            if body.control:
-                self._on_control(peer, body.control)
             if link and (not messages.ready or lseq % ACK_EVERY == 0):
                 await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
+
+    def _notes_before(self, body: Body) -> tuple[int, int, int] | None:
+        """What the machine counted before a frame with records or control messages
+        (``None`` for the rest: nothing to note)."""
+        if body.exchange is None and not body.control:
+            return None
+        rs = self.machine.recovery.stats
+        return self.machine.records_learned, rs["resumes_refused"], rs["replays_unasked"]
+
+    def _notes_after(self, peer: int, body: Body, before: tuple[int, int, int]) -> None:
+        """Count the records learnt from ``peer``'s frame and log what the machine
+        did not take of it (a refused RESUME, a REPLAY not asked for)."""
+        machine = self.machine
+        self.stats["records_learned"] += machine.records_learned - before[0]
+        if body.exchange is not None and body.exchange.reply and peer not in machine.peers:
+            log.warning("peer %016x asked for records without sending its own", peer)
+        rs = machine.recovery.stats
+        topics = [c.topic for c in body.control if isinstance(c, Resume | Replay)]
+        if rs["resumes_refused"] > before[1]:
+            self.quiet.warn(("resume refused", peer),
+                            "resume of %016x on %r not answered (not a member, or too many)",
+                            peer, topics[0])  # fmt: skip
+        if rs["replays_unasked"] > before[2]:
+            self.quiet.warn(("replay unasked", peer),
+                            "replay of %016x on %r not taken (not asked for now)",
+                            peer, topics[0])  # fmt: skip
 
     async def _link_hello(
         self, messages: Messages, session: SecureSession
@@ -347,15 +358,3 @@ class _Server(_Driver):
             return 0, 0, plain
         self._received.opened(session.peer_id, hello)
         return hello.link, hello.first - 1, None
-
-    def _restarted_by(self, peer: int, packets: list[Packet]) -> None:
-        """Core packets from ``peer``, which this node believes crashed: the
-        rounds it starts name its incarnation, and a newer one than any known
-        is a restart, learnt before the packets reach the core.  Otherwise the
-        answers to them (the ACK of a re-subscription after a false suspicion)
-        would be dropped as sent to a crashed node, and the round would never
-        complete; the detector's news of the restart travels in the same frame
-        but is read after the packets."""
-        incs = [p.round.incarnation for p in packets if p.round.source == peer]
-        now = trio.current_time()
-        self._handle(self.machine.restarted_by(peer, incs, now), now)

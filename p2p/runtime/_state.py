@@ -6,7 +6,7 @@ table, counter and queue of the node; the classes above it
 (:mod:`~p2p.runtime._driver`, :mod:`~p2p.runtime._serve`,
 :mod:`~p2p.runtime._node`) add behaviour, never state of their own.
 Invariant: the membership tables (``peers``, ``_alive``, ``_incs``, ``_dead``,
-``_heard``, ``_revoked``) are the machine's own objects, read here on hot
+``_revoked``) are the machine's own objects, read here on hot
 paths and never reassigned; only the machine changes them.
 """
 
@@ -112,6 +112,11 @@ class _NodeState:
             peer = self.verify(record)
             return peer, incarnation_of(peer)
 
+        def verify_revocations(blob: bytes) -> tuple[int, frozenset[int]]:
+            rl = RevocationList.decode(blob)
+            rl.verify(self.fleet)
+            return rl.serial, frozenset(rl.nodes)
+
         self.machine = NodeMachine(
             self.id,
             new_incarnation(),
@@ -119,6 +124,7 @@ class _NodeState:
             detector=dcfg,
             incarnations=next_incarnation,
             verify=verify,
+            verify_revocations=verify_revocations,
             recovery=RecoveryConfig(
                 history=HistoryLimits(
                     count=config.history_count, size=config.history_bytes, age=config.history_age
@@ -132,7 +138,6 @@ class _NodeState:
         """The machine's own tables, read on hot paths (never assigned here)."""
         self._incs = self.machine.incs
         self._dead = self.machine.dead
-        self._heard = self.machine.heard
         self._seeded: dict[int, tuple[str, int]] = {}
         """Seeds that received this node's records, by id: one whose own record has
         not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
@@ -148,7 +153,6 @@ class _NodeState:
         self._received = ReceiveLog()
         self._revoked = self.machine.revoked
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
-        self._revocations: RevocationList | None = None
         self._revocation_file: Path | None = None
         self._revocation_seen: tuple[int, int] | None = None
         """The revocation file's ``(st_mtime_ns, st_size)`` when it was last read."""
@@ -281,7 +285,7 @@ class _NodeState:
 
     @record.setter
     def record(self, record: bytes) -> None:
-        self.machine.record = record
+        self.machine.set_record(record)
 
     def known_records(self) -> list[bytes]:
         """This node's record and those of the peers it believes up."""

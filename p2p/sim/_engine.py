@@ -37,6 +37,7 @@ from p2p.sim._frames import (
     Part,
     join_frame,
     pack_frames,
+    packets_body,
     part_size,
     parts_of,
 )
@@ -664,7 +665,7 @@ class Simulation:
             self._members.carry_out(node, start, out)  # a SUB's resumes
             return
         clock.cpu_free = max(clock.cpu_free, start + self.delays.tpc)
-        self._emit(node, start, start + self.delays.tpc, out)
+        self._emit(node, start, start + self.delays.tpc, cast(list[Output], out))
 
     def _arrive(self, sender: int, dest: int, packet: Frame) -> None:
         """A link packet arrives: one ``t_pc`` for the packet, then each part in order."""
@@ -679,12 +680,10 @@ class Simulation:
     def _receive(self, sender: int, dest: int, packet: Frame, done: float) -> None:
         """The core takes the packet's parts in order; results appear at ``done``."""
         self.recorder.arrived(dest, packet, sender, done)
-        if self.machines:
-            m = self.machines[dest]
-            m.heard.setdefault(sender, None)  # data is a sign of life
-            if sender in m.dead and sender not in m.alive:
-                assert self._members is not None
-                self._members.restart_seen(dest, sender, done)
+        machine = self.machines.get(dest)
+        if machine is not None:
+            self._machine_receive(machine, sender, dest, packet, done)
+            return
         core = self.nodes[dest]
         parts = packet.parts
         if len(parts) == 1:  # most link packets: the core's list as it is, no copy
@@ -695,6 +694,23 @@ class Simulation:
                 out.extend(core.receive(sender, part, done))
         self.recorder.pending_max[dest] = core.pending_max
         self._emit(dest, done, done, out)
+
+    def _machine_receive(
+        self, m: NodeMachine, sender: int, dest: int, packet: Frame, done: float
+    ) -> None:
+        """The node's machine takes the link packet (``NodeMachine.receive``, the
+        runtime's door); a sender it believes crashed shows its new life first,
+        as the record of a connection's first frame does in the runtime."""
+        members = self._members
+        assert members is not None
+        if sender in m.dead and sender not in m.alive:
+            members.restart_seen(dest, sender, done)
+            if sender in m.dead and sender not in m.alive:  # still: the machine's own rule
+                members.carry_out(dest, done, m.receive(sender, packets_body(packet), done))
+                return
+        out = m.receive(sender, packets_body(packet), done)
+        self._emit(dest, done, done, cast(list[Output], out))
+        self.recorder.pending_max[dest] = m.core.pending_max
 
     # --------------------------------------------------------------- failures
 
@@ -846,9 +862,10 @@ class Simulation:
         if sends:
             self._ship(node, ready, sends)
         machine = self.machines.get(node)
-        if machine is not None and machine.pending and self._members is not None:
-            pending, machine.pending = machine.pending, []
-            self._members.carry_out(node, at, pending)
+        if machine is not None and self._members is not None:
+            pending = machine.take_pending()
+            if pending:
+                self._members.carry_out(node, at, pending)
 
     def _hand(self, node: int, d: Delivered, at: float) -> int:
         """What the node's machine makes of the core's delivery ``d`` (missed

@@ -7,6 +7,8 @@ model.  Its size is the header plus its parts.
 
 from __future__ import annotations
 
+from typing import cast
+
 from causal import (
     BroadcastConfig,
     BroadcastDelivered,
@@ -19,6 +21,8 @@ from causal import (
     PacketLimits,
     Transmit,
 )
+from p2p._wire import Body, Control, PeerExchange
+from p2p.machine import SendExchange
 from topics import (
     Bundle,
     Delivered,
@@ -195,3 +199,17 @@ __all__ = [
     "part_size",
     "parts_of",
 ]
+
+
+def control_body(msg: object) -> Body:
+    """A simulated control item as the frame body the runtime would decode: a
+    record exchange travels as ``SendExchange`` itself (a frame's exchange),
+    anything else as the frame's one control message."""
+    if type(msg) is SendExchange:
+        return Body([], exchange=PeerExchange(msg.records, msg.reply))
+    return Body([], control=(cast(Control, msg),))
+
+
+def packets_body(frame: Frame) -> Body:
+    """A simulated link packet's parts as the frame body ``NodeMachine.receive`` takes."""
+    return Body(cast(list[Packet], frame.parts))

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from p2p._errors import P2PError
 from p2p._membership import Peer
-from p2p._wire import Members
 from p2p.machine import (
     HistoryLimits,
     MachineOutput,
@@ -21,6 +20,7 @@ from p2p.machine import (
     SendControl,
     SendExchange,
 )
+from p2p.sim._frames import control_body
 from p2p.sim._recorder import summarize
 from topics import Output, VCubePS
 from vcube import Hypercube
@@ -106,7 +106,9 @@ class _Membership:
             spacing=defaults.spacing * unit,
         )
 
-    def _machine(self, node: int, inc: int, members: dict[int, int]) -> NodeMachine:
+    def _machine(
+        self, node: int, inc: int, members: dict[int, int], first_seq: int = 0
+    ) -> NodeMachine:
         sim = self.sim
 
         def make_core(incarnation: int) -> VCubePS:
@@ -121,6 +123,7 @@ class _Membership:
             members=members,
             verify=_verify,
             recovery=self.recovery,
+            first_seq=first_seq,
         )
 
     def _overlay(self, members: frozenset[int], version: int) -> Hypercube:
@@ -154,7 +157,7 @@ class _Membership:
         while a seed is down (:meth:`_retry_seed`), as the runtime retries."""
         sim = self.sim
         m = sim.machines[node]
-        m.record = _record(node, sim.incarnation[node])
+        m.set_record(_record(node, sim.incarnation[node]))
         out: list[Any] = []
         for k in sorted(set(seeds) - {node}):
             if k not in sim.nodes:
@@ -192,10 +195,9 @@ class _Membership:
         inc = sim.incarnation[node] = sim.incarnation[node] + 1
         intro = sim.introductions
         members = {} if intro is not None else {n: sim.incarnation[n] for n in sim.ids if n != node}
-        m = self._machine(node, inc, members)
-        m.core.first_seq(old.next_seq)
+        m = self._machine(node, inc, members, first_seq=old.next_seq)
         if keep:
-            m.frontier.restore(sim.machines[node].frontier.frontiers())
+            m.restore_frontier(sim.machines[node].frontier.frontiers())
         for n, i in members.items():
             if i:  # their records say they restarted: their older lives are over
                 m.recovered(n, i, sim.now)
@@ -334,12 +336,7 @@ class _Membership:
             out = m.handle_timer(start)
         elif kind == sim._CONTROL:
             sender, msg = args
-            if type(msg) is SendExchange:
-                out = m.exchange(sender, msg.records, msg.reply, start)
-            elif type(msg) is Members:
-                out = m.on_digest(sender, msg.digest, start)
-            else:
-                out = m.control(sender, msg, start)
+            out = m.receive(sender, control_body(msg), start)
         else:
             out = m.hint(args[0], start)
         self._carry_out(node, start, out)
@@ -411,7 +408,7 @@ class _Membership:
         sim.incarnation[node] = o.incarnation
         m = sim.machines[node]
         if m.record:
-            m.record = _record(node, o.incarnation)
+            m.set_record(_record(node, o.incarnation))
         sim.nodes[node] = m.core
         if sim._links is not None:
             sim._links.reincarnated(node)

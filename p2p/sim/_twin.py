@@ -51,7 +51,7 @@ from p2p.machine import (
     SendExchange,
     Superseded,
 )
-from p2p.sim._frames import Frame, pack_frames, parts_of
+from p2p.sim._frames import Frame, control_body, pack_frames, packets_body, parts_of
 from topics import Delivered, Output, Send
 
 if TYPE_CHECKING:
@@ -133,8 +133,7 @@ class Twins:
         self.counts["twins"] += 1
         inc = sim.incarnation[node] = elder.incarnation + TWIN_GAP
         members = {n: sim.incarnation[n] for n in sim.ids if n != node}
-        m = mem._machine(node, inc, members)
-        m.core.first_seq(elder.machine.core.next_seq)  # trace ids stay unique
+        m = mem._machine(node, inc, members, first_seq=elder.machine.core.next_seq)
         for n, i in members.items():
             if i:
                 m.recovered(n, i, sim.now)
@@ -306,25 +305,16 @@ class Twins:
 
     def _control(self, elder: Elder, src: int, msg: Any) -> None:
         start = max(self.sim.now, elder.cpu_free)
-        m = elder.machine
-        if type(msg) is SendExchange:
-            out = m.exchange(src, msg.records, msg.reply, start)
-        else:
-            out = m.control(src, msg, start)
-        self._carry_out(elder, start, out)
+        self._carry_out(elder, start, elder.machine.receive(src, control_body(msg), start))
 
     def _arrive(self, elder: Elder, src: int, frame: Frame) -> None:
         """A frame reaches the elder: one ``t_pc``, then its core takes the parts."""
         sim = self.sim
         done = elder.cpu_free = max(sim.now, elder.cpu_free) + sim.delays.tpc
         m = elder.machine
-        m.heard.setdefault(src, None)
-        if src in m.dead and src not in m.alive:
+        if src in m.dead and src not in m.alive:  # the connection's record: its new life
             self._carry_out(elder, done, m.learn(src, sim.incarnation[src], done))
-        out: list[Any] = []
-        for part in frame.parts:
-            out.extend(m.receive(src, part, done))
-        self._emit(elder, done, out)
+        self._emit(elder, done, cast(list[Output], m.receive(src, packets_body(frame), done)))
 
     # ------------------------------------------------------------ outputs --
 
