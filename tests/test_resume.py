@@ -265,6 +265,23 @@ def test_a_long_answer_is_split_into_bounded_replays() -> None:
     assert [(m.part, m.parts) for _, m in parts] == [(0, 2), (1, 2)]
 
 
+def test_an_answer_stops_before_a_round_still_on_its_way() -> None:
+    """A publication whose round has not reached every subscriber yet
+    (``VCubePS.unsettled``) is not replayed: the asker gets it from its round,
+    as the others do, so a crash of the source right after leaves no
+    subscriber without what another got (partial fuzz seed 2100712)."""
+    pair = _Pair(history=1000)
+    for i in range(5):
+        pair.publish(i)
+    ask = Resume("t", 7, 0)
+    full = pair.pub.answer(SUB, ask, True, 0.0)
+    assert [e[1] for _, m in full for e in m.entries] == [1, 2, 3, 4]
+    settled = pair.pub.answer(SUB, ask, True, 0.0, MsgId(PUB, 1, 3))
+    assert [e[1] for _, m in settled for e in m.entries] == [1, 2]
+    older = pair.pub.answer(SUB, ask, True, 0.0, MsgId(PUB, 2, 0))  # a newer life's round
+    assert [e[1] for _, m in older for e in m.entries] == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize(
     ("msg", "match"),
     [

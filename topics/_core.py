@@ -48,7 +48,7 @@ from collections.abc import Iterable
 from causal import CausalBuffer, MsgId
 from topics._errors import AlreadySubscribedError, LocalProtocolError, NotSubscribedError
 from topics._events import Delivered, Dropped, Output, Published
-from topics._messages import PubMessage
+from topics._messages import PubMessage, ViewEntry
 from topics._receive import _Receive
 from topics._state import PresetView, _stream_key, _stream_of, preset_view
 
@@ -116,6 +116,27 @@ class VCubePS(_Receive):
         state.barrier.delivered(mid, (), ())
         return self._release(state, state.buffer.deliver(mid))
 
+    def unsettled(self, topic: str, node: int, incarnation: int) -> int | None:
+        """The lowest sequence number of this incarnation's publications on
+        ``topic`` still on their way to ``node``'s subscription as
+        ``incarnation`` (queued, or in the round in flight) and owed to it by
+        that round: published after this node learnt the subscription, so
+        the subscriber takes them (an earlier one is below its bound and
+        skipped).  ``None``: none is (a pure query)."""
+        state = self._topics.get(topic)
+        if state is None or not _holds(state.view, node, incarnation):
+            return None
+        owed_from = state.learned_at.get(node)
+        if owed_from is None:
+            return None
+        seqs = [m.id.seq for m in state.queue if type(m) is PubMessage]
+        rid = state.in_flight
+        pending = None if rid is None else self._pending.get(rid)
+        if pending is not None and _holds(state.round_view, node, incarnation):
+            me = self.id, self.incarnation
+            seqs += [i.seq for i in pending.ids if (i.source, i.incarnation) == me]
+        return min((q for q in seqs if q >= owed_from), default=None)
+
     def publish(self, topic: str, payload: bytes, now: float) -> list[Output]:
         """Algorithm 3 ``Publish``: refused unless subscribed; delivered locally at once."""
         state = self._topics.get(topic)
@@ -164,3 +185,9 @@ class VCubePS(_Receive):
             state.subscribed = state.confirmed = True
             state.bounds = {}
             self._counter = max(self._counter, 1)
+
+
+def _holds(view: dict[int, ViewEntry], node: int, incarnation: int) -> bool:
+    """Whether ``view`` holds ``node``'s subscription as ``incarnation``."""
+    entry = view.get(node)
+    return entry is not None and entry.subscribed and entry.incarnation == incarnation

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 from causal import PacketLimits
 from p2p import fleet as fleet_api
@@ -402,7 +403,19 @@ def _membership_summary(sim: Simulation) -> str:
         f"detector: {d['count']} detections of crashed nodes, latency median "
         f"{d['p50']:.0f} / max {d['max']:.0f} u.t. (bound {sim.detection_bound():.0f}), "
         f"{m['false_suspicions']} false suspicions, {m['reincarnations']} reincarnations; "
-        f"at the end the nodes up {agreed}"
+        f"at the end the nodes up {agreed}" + _revocation_summary(m)
+    )
+
+
+def _revocation_summary(m: dict[str, Any]) -> str:
+    """With REVOKE in the run: how fast the members dropped the revoked nodes."""
+    r = m.get("revocation")
+    if r is None:
+        return ""
+    d = r["dropped"]
+    return (
+        f"\nrevocation: {r['revoked']} node(s) revoked, dropped {d['count']} times, "
+        f"median {d['p50']:.0f} / max {d['max']:.0f} u.t. after the list's first holder"
     )
 
 

@@ -27,6 +27,7 @@ from p2p.machine._machine import (
     VerifyRevocations,
 )
 from p2p.machine._recovery import ANSWER_BURST, HELD, Recovery, RecoveryConfig, Release
+from p2p.machine._seeds import ExchangeWithSeed, LeaveSeed, Seeds
 
 __all__ = [
     "ANSWER_BURST",
@@ -36,9 +37,11 @@ __all__ = [
     "GAP",
     "HELD",
     "SKIP",
+    "ExchangeWithSeed",
     "Frontier",
     "History",
     "HistoryLimits",
+    "LeaveSeed",
     "MachineOutput",
     "MemberDown",
     "MemberUp",
@@ -51,6 +54,7 @@ __all__ = [
     "Reincarnated",
     "Release",
     "RoundStarted",
+    "Seeds",
     "SendControl",
     "SendExchange",
     "Stalled",

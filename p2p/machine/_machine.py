@@ -31,11 +31,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from causal import MsgId
 from p2p._errors import SecurityError
 from p2p._membership import Peer, RecordGossip, records_digest
 from p2p._wire import Body, Control, Leave, Members, Replay, Resume, Revoked
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
 from p2p.machine._recovery import Recovery, RecoveryConfig, Release
+from p2p.machine._seeds import ExchangeWithSeed, LeaveSeed, Seeds
 from topics import Delivered, LocalProtocolError, Output, Published, RemoteProtocolError, VCubePS
 from vcube import (
     Corrected,
@@ -185,6 +187,8 @@ MachineOutput = (
     | Release
     | Refused
     | RevocationsAdopted
+    | ExchangeWithSeed
+    | LeaveSeed
 )
 """The outputs of this module; a machine's output lists mix them with the core's."""
 
@@ -247,7 +251,9 @@ class NodeMachine:
     simulator's ``above + 1``); ``overlay(members, version)`` builds the
     overlay (the simulator shares one per member set).  ``members`` are
     peers known up from the start, admitted without events; ``first_seq``
-    the sequence number a new process of this node publishes from.
+    the sequence number a new process of this node publishes from;
+    ``seed_interval`` and ``seed_backoff`` the seed exchanges' period and first
+    retry delay (``p2p.machine._seeds``).
     """
 
     def __init__(
@@ -263,6 +269,8 @@ class NodeMachine:
         verify: Verify = _no_records,
         verify_revocations: VerifyRevocations = _no_revocations,
         recovery: RecoveryConfig | None = None,
+        seed_interval: float = 30.0,
+        seed_backoff: float = 0.25,
         first_seq: int = 0,
         now: float = 0.0,
     ) -> None:
@@ -297,6 +305,8 @@ class NodeMachine:
         """This node's own signed record (set by the driver; no record, no gossip)."""
         self.peers: dict[int, Peer] = {}
         """The newest verified record of each peer that has not left."""
+        self.seeds = Seeds(seed_interval, seed_backoff)
+        """The seed addresses and their exchange schedule (``p2p.machine._seeds``)."""
         self.departed: dict[int, Peer] = {}
         """The record of each peer that left or was revoked (older ones stay out)."""
         self.revoked: set[int] = set()
@@ -454,19 +464,26 @@ class NodeMachine:
         return out
 
     def leave(self, now: float) -> Out:
-        """This node leaves gracefully: a LEAVE to every member believed up; the
-        detector stops (a leaving node accuses nobody)."""
+        """This node leaves gracefully: a LEAVE to every member believed up, and to
+        every seed that learnt this node but whose own record never came
+        (:class:`LeaveSeed`); the detector and the seed exchanges stop (a
+        leaving node accuses nobody)."""
         self._leaving = True
         leave = Leave(self.incarnation)
-        return [SendControl(node, leave) for node in sorted(self.alive)]
+        out: Out = [SendControl(node, leave) for node in sorted(self.alive)]
+        for node, address in sorted(self.seeds.met().items()):
+            if node not in self.alive and node not in self.dead:
+                out.append(LeaveSeed(address, leave))
+        return out
 
     # ------------------------------------------------------- membership --
 
     def learn(self, node: int, inc: int, now: float) -> Out:
         """Evidence that ``node`` runs as ``inc`` (a verified record, its packets):
         the detector admits it (a new member, or a restart if ``inc`` is newer);
-        without a detector it is up at once.  A crashed incarnation stays crashed."""
-        if node == self.id or inc <= self.dead.get(node, -1):
+        without a detector it is up at once.  A crashed incarnation stays
+        crashed, and a revoked node out."""
+        if node == self.id or inc <= self.dead.get(node, -1) or node in self.revoked:
             return []
         if self.detector is None:
             return self._up(node, inc, "discovered", now)
@@ -498,7 +515,9 @@ class NodeMachine:
             # holds a verified record of (an asker it still suspects after a
             # partition is one: its new life may not have reached this node).
             member = sender not in self.revoked and (sender in self.incs or sender in self.peers)
-            return self._sent(self.recovery.answer(sender, msg, member, now))
+            seq = self.core.unsettled(msg.topic, sender, self.incs.get(sender, -1))
+            unsettled = None if seq is None else MsgId(self.id, self.incarnation, seq)
+            return self._sent(self.recovery.answer(sender, msg, member, now, unsettled))
         if isinstance(msg, Replay):
             return self._sent(self.recovery.replayed(sender, msg, now))
         if self.detector is None or not isinstance(msg, Probe | Reply | Push):
@@ -555,12 +574,13 @@ class NodeMachine:
             self.departed[node] = peer
 
     def _over(self, node: int, inc: int, dead: int, reason: str, now: float) -> Out:
-        """``node`` leaves the detector as ``inc`` (no suspicion) and is over up to
-        ``dead`` for the core."""
-        out: Out = []
+        """``node`` is over up to ``dead`` for the core (with ``reason``, which the
+        detector's own ``Left`` would not carry) and leaves the detector as
+        ``inc`` (no suspicion)."""
+        out = self._down(node, dead, reason, now)
         if self.detector is not None:
-            out = self._on_detector(self.detector.leave(node, inc, now), now)
-        return out + self._down(node, dead, reason, now)
+            out += self._on_detector(self.detector.leave(node, inc, now), now)
+        return out
 
     def crashed(self, node: int, inc: int, now: float) -> Out:
         """An oracle's verdict (the simulator's thesis mode): ``node`` up to ``inc`` crashed."""
@@ -694,27 +714,38 @@ class NodeMachine:
         self._next_round = at
 
     def get_timer(self) -> float | None:
-        """When :meth:`handle_timer` is next due (``None``: no detector, rounds
-        not started, leaving, or superseded); a pure query.
+        """When :meth:`handle_timer` is next due (``None``: nothing to wake for:
+        no detector round or probe, resume or seed exchange due, or leaving,
+        or superseded); a pure query.
 
         The timer contract, the same for every driver: after each call into
         the machine, the driver's one wake-up is ``get_timer()`` (an input may
         move it earlier or later), and when that time comes it calls
         :meth:`handle_timer` with the time it actually runs."""
-        det, next_round = self.detector, self._next_round
-        if det is None or next_round is None or self._stopped:
+        if self._stopped:
             return None
-        due = min((t for t in (det.deadline(), self.recovery.deadline()) if t is not None),
-                  default=None)  # fmt: skip
-        return next_round if due is None else min(due, next_round)
+        det, next_round = self.detector, self._next_round
+        times = [self.seeds.deadline()]
+        if det is not None and next_round is not None:
+            times += (next_round, det.deadline(), self.recovery.deadline())
+        return min((t for t in times if t is not None), default=None)
 
     def handle_timer(self, now: float) -> Out:
         """The timer fired: a detector round if one is due (rounds keep a fixed
         grid; missed ones are skipped, not run in a burst), else the probes
-        whose deadline passed expire.  A timer handled late means this
-        process stalled: :class:`Stalled`."""
+        whose deadline passed expire; the resumes and seed exchanges due.  A
+        timer handled late means this process stalled: :class:`Stalled`."""
+        if self._stopped:
+            return []
+        out = self._detector_timer(now)
+        for address in self.seeds.due(now):
+            out.append(ExchangeWithSeed(address, tuple(self.known_records())))
+        return out
+
+    def _detector_timer(self, now: float) -> Out:
+        """:meth:`handle_timer`'s detector round or probe expiry, and resumes."""
         det, next_round = self.detector, self._next_round
-        if det is None or next_round is None or self._stopped:
+        if det is None or next_round is None:
             return []
         out: Out = []
         due = self.get_timer()  # what the driver was woken for (the contract)
@@ -733,6 +764,28 @@ class NodeMachine:
         else:
             out += self._on_detector(det.expire(now), now)
         return out + self._sent(self.recovery.expire(now))
+
+    # ------------------------------------------------------------ seeds --
+
+    def add_seed(self, address: str, now: float) -> Out:
+        """A seed's address (``p2p node --seed``): records are exchanged with it at
+        once and every ``seed_interval`` (:class:`ExchangeWithSeed` from the timer)."""
+        self.seeds.add(address, now)
+        return []
+
+    def seed_reached(self, address: str, node: int, now: float) -> Out:
+        """The exchange with ``address`` went out; the seed is ``node`` (this node
+        itself: no more exchanges with it)."""
+        if node == self.id:
+            self.seeds.drop(address)
+        else:
+            self.seeds.reached(address, node, now)
+        return []
+
+    def seed_failed(self, address: str, now: float) -> Out:
+        """The exchange with ``address`` failed: tried again after a backoff."""
+        self.seeds.failed(address, now)
+        return []
 
     def _flush(self, now: float) -> Out:
         """Hand the peers heard from to the detector.
@@ -779,8 +832,8 @@ class NodeMachine:
     def _up(self, node: int, inc: int, reason: str, now: float) -> Out:
         """``node`` is up as ``inc``: it joins the overlay, then the core learns it
         (which treats older incarnations as crashed and announces subscriptions)."""
-        if inc <= self.dead.get(node, -1) or inc < self.incs.get(node, 0):
-            return []
+        if inc <= self.dead.get(node, -1) or inc < self.incs.get(node, 0) or node in self.revoked:
+            return []  # a revoked node's every life is over, whoever reports a new one
         before = self.incs.get(node)
         self.incs[node] = inc
         out: Out = []

@@ -153,11 +153,19 @@ class Recovery:
             self._deps[topic] = (frontier.changes, deps)
         self.history.add(topic, mid, payload, now, deps)
 
-    def answer(self, asker: int, msg: Resume, member: bool, now: float) -> list[Any]:
+    def answer(
+        self, asker: int, msg: Resume, member: bool, now: float, unsettled: MsgId | None = None
+    ) -> list[Any]:
         """``asker`` (``member``: in this node's view) asks for what this node
         published on ``msg.topic`` after ``(msg.epoch, msg.ordinal)``: the
         REPLAY packets that answer it, numbered (a subscriber puts them back
-        in order whatever order they arrive in)."""
+        in order whatever order they arrive in).
+
+        Invariant: the answer stops before ``unsettled``, the first publication
+        still on its way to the asker in a round (``VCubePS.unsettled``): the
+        asker gets that one and the rest from their rounds, as the others
+        do, so if the source then crashes the asker's crash relay carries
+        them on like theirs."""
         if not member or (
             self.history.holds(msg.topic) and not self._may_answer(asker, msg.topic, now)
         ):  # an empty answer costs what the request did: no bucket for it
@@ -167,6 +175,8 @@ class Recovery:
         chunks: list[list[ReplayEntry]] = [[]]
         size = 0
         for kept in self.history.since(msg.topic, msg.epoch, msg.ordinal, now):
+            if unsettled is not None and kept.id >= unsettled:
+                break
             chunk = chunks[-1]
             if len(chunk) >= MAX_REPLAY_ENTRIES or size + len(kept.payload) > REPLAY_BYTES:
                 chunk = []

@@ -14,6 +14,7 @@ at once and the list goes on to this node's VCube neighbours.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -23,8 +24,10 @@ import trio
 
 from p2p._errors import IdentityError, IdentityInUseError, SecurityError
 from p2p._revocation import load_revocations
+from p2p._transport import parse_address
 from p2p._wire import (
     Control,
+    PeerExchange,
     Replay,
     Resume,
     WireError,
@@ -33,6 +36,8 @@ from p2p._wire import (
 )
 from p2p.machine import (
     ENVELOPE_SIZE,
+    ExchangeWithSeed,
+    LeaveSeed,
     MemberDown,
     MemberUp,
     NodeOutput,
@@ -48,7 +53,7 @@ from p2p.machine import (
     SuspicionCorrected,
 )
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, _new_delivery, _unpack_stamp
-from p2p.runtime._link import _NOT_CORE, _Link, _why
+from p2p.runtime._link import _NOT_CORE, EXCHANGE_CHUNK, _Link, _why
 from p2p.runtime._state import _NodeState
 from topics import (
     Bundle,
@@ -125,15 +130,14 @@ class _Driver(_NodeState):
             self._write_eager()
         if self._frontier_store is not None:  # once per batch: the check is inside
             self._write_frontier()
-        if self._detector_wake is not None:
-            self._rewake(self._detector_wake)
+        if self._timer_wake is not None:
+            self._rewake(self._timer_wake)
 
     def _rewake(self, wake: trio.CancelScope) -> None:
         """The timer contract (``NodeMachine.get_timer``): after every call into the
-        machine the one wake-up is its timer, earlier or later; none ends the
-        timer task at once."""
+        machine the one wake-up is its timer, earlier or later."""
         due = self.machine.get_timer()
-        wake.deadline = trio.current_time() if due is None else due
+        wake.deadline = math.inf if due is None else due
 
     @cached_property
     def _on(self) -> dict[type, Callable[[Any], None]]:
@@ -156,6 +160,8 @@ class _Driver(_NodeState):
             Superseded: self._superseded,
             Refused: _ignore,  # the reader that called the machine closes the connection
             RevocationsAdopted: self._revocations_adopted,
+            ExchangeWithSeed: self._exchange_with_seed,
+            LeaveSeed: self._unmet_seeds.append,
         }
 
     def _write_frontier(self) -> None:
@@ -210,6 +216,37 @@ class _Driver(_NodeState):
     def _corrected(self, o: SuspicionCorrected) -> None:
         self.stats["corrections"] += 1
         log.info("%016x answers again; waiting for its new incarnation", o.node)
+
+    def _exchange_with_seed(self, o: ExchangeWithSeed) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._seed_exchange, o)
+
+    async def _seed_exchange(self, o: ExchangeWithSeed) -> None:
+        """Carry out one exchange with a seed (``NodeMachine`` schedules them, now
+        and every ``seed_interval``, backing off after failures) and report
+        how it went."""
+        host, port = parse_address(o.address)
+        try:
+            peer = await self._exchange_with(host, port, o.records)
+        except _ONE_OFF_ERRORS as exc:
+            self.quiet.warn(("seed", o.address), "seed %s unreachable: %s", o.address, _why(exc))
+            now = trio.current_time()
+            self._handle(self.machine.seed_failed(o.address, now), now)
+            return
+        now = trio.current_time()
+        self._handle(self.machine.seed_reached(o.address, peer, now), now)
+
+    async def _exchange_with(self, host: str, port: int, records: tuple[bytes, ...]) -> int:
+        """Send ``records`` to ``host:port`` asking for its own (it answers on its
+        link): the seed's node id."""
+        async with self._dialled(host, port) as (stream, session):
+            if session.peer_id == self.id:
+                return self.id  # the seed list names this node itself
+            for i in range(0, len(records), EXCHANGE_CHUNK):
+                last = i + EXCHANGE_CHUNK >= len(records)
+                ex = PeerExchange(tuple(records[i : i + EXCHANGE_CHUNK]), reply=last)
+                await stream.send_all(frame(session.seal(encode_packets([], ex))))
+            return session.peer_id
 
     def _round_started(self, o: RoundStarted) -> None:
         self._follow_revocation_file(trio.current_time())
@@ -378,19 +415,22 @@ class _Driver(_NodeState):
             except SecurityError as exc:  # checked by load_revocations already
                 log.error("revocation list not adopted: %s", exc)
 
-    async def _detect(self) -> None:
-        """Run the machine's timer: detector rounds every ``detector_interval``
-        seconds on a fixed grid, and between rounds each probe's expiry at its
-        deadline, so a suspicion takes ``timeout`` per attempt, not a round.
-        Any input that moves the timer moves the sleep (:meth:`_rewake`)."""
+    async def _timers(self) -> None:
+        """Run the machine's one timer (``NodeMachine.get_timer``): detector rounds
+        every ``detector_interval`` seconds on a fixed grid, each probe's
+        expiry at its deadline (so a suspicion takes ``timeout`` per attempt,
+        not a round), resumes and seed exchanges.  Any call into the machine
+        moves the sleep (:meth:`_rewake`); none due, it sleeps until one is."""
         machine = self.machine
-        with self._detecting:
-            machine.start_rounds(trio.current_time())
-            while (due := machine.get_timer()) is not None:
-                with trio.move_on_at(due) as wake:
-                    self._detector_wake = wake
+        with self._timing:
+            if self.detector is not None:
+                machine.start_rounds(trio.current_time())
+            while True:
+                due = machine.get_timer()
+                with trio.move_on_at(math.inf if due is None else due) as wake:
+                    self._timer_wake = wake
                     await trio.sleep_forever()
-                self._detector_wake = None
+                self._timer_wake = None
                 now = trio.current_time()
                 self._handle(machine.handle_timer(now), now)
 

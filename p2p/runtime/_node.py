@@ -33,7 +33,6 @@ from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._membership import Peer
 from p2p._revocation import REVOKED_FILE
 from p2p._transport import is_loopback, parse_address, quiet_accept_errors
-from p2p._wire import Leave
 from p2p.machine import NodeOutput
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP, MembershipEvent, Subscription
@@ -233,22 +232,22 @@ class Node(_Server):
         self.leaving = True
         if self.detector is None:
             return
-        self._detecting.cancel()  # a leaving node accuses nobody (its view no longer matters)
+        self._timing.cancel()  # a leaving node accuses nobody (its view no longer matters)
         self._handle(self.machine.leave(trio.current_time()))
 
     async def _leave_unmet_seeds(self) -> None:
         """On a clean close: a seed that learnt this node but whose answer has not
-        arrived (it is not in ``_alive``, so :meth:`_announce_leave` missed it)
-        gets the LEAVE on a connection of its own, within ``drain_timeout``;
-        otherwise it would suspect a node that left."""
-        unmet = [a for n, a in self._seeded.items() if n not in self._alive and n not in self._dead]
-        if self.detector is None or not unmet:
+        arrived (``NodeMachine.leave``: :class:`~p2p.machine.LeaveSeed`) gets the
+        LEAVE on a connection of its own, within ``drain_timeout``; otherwise
+        it would suspect a node that left."""
+        unmet, self._unmet_seeds = self._unmet_seeds, []
+        if not unmet:
             return
-        leave = Leave(self.incarnation)
         with trio.move_on_after(self.config.drain_timeout):
             async with trio.open_nursery() as nursery:
-                for host, port in unmet:
-                    nursery.start_soon(self._send_control_once, host, port, leave)
+                for o in unmet:
+                    host, port = parse_address(o.address)
+                    nursery.start_soon(self._send_control_once, host, port, o.msg)
 
     async def _discover(self, discovery: Discovery) -> None:
         async for event in discovery.events():
@@ -431,11 +430,11 @@ async def _open_node(
         if cfg.frontier_file is not None:
             node._restore_frontier(Path(cfg.frontier_file))
             nursery.start_soon(node._keep_frontier)
-        if node.detector is not None:
-            nursery.start_soon(node._detect)
+        now = trio.current_time()
         for seed in cfg.seeds:
             if not _names_self(seed, cfg.interface, node.port):
-                nursery.start_soon(node._seed, seed)
+                node.machine.add_seed(seed, now)
+        nursery.start_soon(node._timers)
         if cfg.telemetry_dir is not None:
             node.recorder = _open_recorder(node, cfg)
             node._follow_wall_clock()

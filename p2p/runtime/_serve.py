@@ -28,22 +28,19 @@ from p2p._transport import (
     Messages,
     accept_secure,
     is_loopback,
-    parse_address,
     remote_host,
 )
 from p2p._wire import (
     Body,
-    PeerExchange,
     Replay,
     Resume,
     WireError,
     decode_body,
-    encode_packets,
     frame,
 )
 from p2p.machine import Refused
-from p2p.runtime._driver import _ONE_OFF_ERRORS, _Driver
-from p2p.runtime._link import EXCHANGE_CHUNK, _why
+from p2p.runtime._driver import _Driver
+from p2p.runtime._link import _why
 from p2p.runtime._state import _Pending
 from topics import RemoteProtocolError
 from vcube import RemoteDetectorError
@@ -64,33 +61,6 @@ _RECORD_OVERHEAD = 4 + 8 + 16
 
 class _Server(_Driver):
     """Serves accepted connections and exchanges peers (see the module docstring)."""
-
-    async def _seed(self, address: str) -> None:
-        """Exchange peers with one seed now and every ``seed_interval`` seconds."""
-        host, port = parse_address(address)
-        backoff = 0.25
-        while True:
-            try:
-                await self._exchange_with(host, port)
-            except _ONE_OFF_ERRORS as exc:
-                self.quiet.warn(("seed", address), "seed %s unreachable: %s", address, _why(exc))
-                await trio.sleep(backoff)
-                backoff = min(backoff * 2, self.config.seed_interval)
-                continue
-            backoff = 0.25
-            await trio.sleep(self.config.seed_interval)
-
-    async def _exchange_with(self, host: str, port: int) -> None:
-        """Send our records to ``host:port`` asking for its own (it answers on its link)."""
-        async with self._dialled(host, port) as (stream, session):
-            if session.peer_id == self.id:
-                return  # the seed list names this node itself
-            self._seeded[session.peer_id] = (host, port)
-            records = self.known_records()
-            for i in range(0, len(records), EXCHANGE_CHUNK):
-                last = i + EXCHANGE_CHUNK >= len(records)
-                ex = PeerExchange(tuple(records[i : i + EXCHANGE_CHUNK]), reply=last)
-                await stream.send_all(frame(session.seal(encode_packets([], ex))))
 
     async def accept(self, sock: socket.socket, nursery: trio.Nursery) -> None:
         """Accept connections on the listening ``sock`` (non-blocking) until

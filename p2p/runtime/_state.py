@@ -30,7 +30,7 @@ from p2p._revocation import RevocationList
 from p2p._secure import SecureSession, sign_record
 from p2p._transport import Quiet, dial_secure, fd_budget, verified_peer
 from p2p._wire import WireLimits
-from p2p.machine import ENVELOPE_SIZE, HistoryLimits, NodeMachine, RecoveryConfig
+from p2p.machine import ENVELOPE_SIZE, HistoryLimits, LeaveSeed, NodeMachine, RecoveryConfig
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, Subscription
 from p2p.runtime._frontier_file import FrontierStore
@@ -125,6 +125,7 @@ class _NodeState:
             incarnations=next_incarnation,
             verify=verify,
             verify_revocations=verify_revocations,
+            seed_interval=config.seed_interval,
             recovery=RecoveryConfig(
                 history=HistoryLimits(
                     count=config.history_count, size=config.history_bytes, age=config.history_age
@@ -138,9 +139,6 @@ class _NodeState:
         """The machine's own tables, read on hot paths (never assigned here)."""
         self._incs = self.machine.incs
         self._dead = self.machine.dead
-        self._seeded: dict[int, tuple[str, int]] = {}
-        """Seeds that received this node's records, by id: one whose own record has
-        not arrived yet still hears this node's LEAVE (:meth:`_leave_unmet_seeds`)."""
         self.quiet = Quiet(log)
         """Expected network failures: one warning per cause and peer per 10 s."""
         self._handshakes: dict[int, _Pending] = {}
@@ -162,10 +160,12 @@ class _NodeState:
         """``frontier.changes`` when it was last written."""
         self._frontier_synced = 0
         """``frontier.changes`` when its last write was made durable."""
-        self._detector_wake: trio.CancelScope | None = None
-        """The detector loop's sleep (:meth:`_detect`): moved earlier by a hint's probe."""
-        self._detecting = trio.CancelScope()
-        """The detector loop; cancelled when the node starts leaving."""
+        self._timer_wake: trio.CancelScope | None = None
+        """The timer task's sleep (``_Driver._timers``), moved by every call into the machine."""
+        self._timing = trio.CancelScope()
+        """The timer task; cancelled when the node starts leaving."""
+        self._unmet_seeds: list[LeaveSeed] = []
+        """The LEAVEs owed to seeds that never answered (``NodeMachine.leave``)."""
         self.leaving = False
         """A clean close has begun: peers that left too are expected to be unreachable."""
         self.peers = self.machine.peers

@@ -598,7 +598,7 @@ def assert_trace(trace: Iterable[TraceEvent], *, quiescent: bool = False) -> Non
 def check_views(sim: Simulation, topics: Iterable[str] | None = None) -> list[Violation]:
     """After quiescence: every confirmed subscriber's view is the true subscriber set.
 
-    Crashed nodes are neither checked nor expected in any view.
+    Crashed or revoked nodes are neither checked nor expected in any view.
 
     For every VCube-PS node that is a confirmed subscriber of a topic,
     ``core.view(topic)`` (the membership gathered by SUB ACK waves and
@@ -616,7 +616,8 @@ def check_views(sim: Simulation, topics: Iterable[str] | None = None) -> list[Vi
             raise ValueError("check_views needs topics= when the trace is not recorded")
         topics = {ev.topic for ev in sim.recorder.trace if ev.event == "subscribe"}
     for topic in sorted(set(topics)):
-        up = {n: core for n, core in sim.nodes.items() if n not in sim.down}
+        gone = sim.out
+        up = {n: core for n, core in sim.nodes.items() if n not in gone}
         truth = frozenset(n for n, core in up.items() if core.is_subscribed(topic))
         for n, core in up.items():
             if not isinstance(core, VCubePS) or not core.is_confirmed(topic):

@@ -45,6 +45,7 @@ from p2p.sim._links import LinkConfig, Links
 from p2p.sim._members import _Halt, _Membership
 from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder
+from p2p.sim._scenario import ACTIONS
 from p2p.sim._twin import Twins
 from topics import (
     Bundle,
@@ -68,8 +69,6 @@ from topics._state import preset_view
 from vcube import DetectorConfig, Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")
-ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "RESTART", "HINT", "RESET", "TWIN",
-           "PARTITION", "HEAL")  # fmt: skip
 MEMBERSHIP = ("detector", "oracle")
 """``detector``: NodeMachine and the real failure detector; ``oracle``: bare cores
 told of failures by an oracle (the thesis' model)."""
@@ -322,10 +321,10 @@ class Simulation:
             raise P2PError(f"{action} needs a topic, got {topic!r}")
         if action == "PUB" and not isinstance(payload, bytes):
             raise P2PError(f"PUB payload must be bytes, got {type(payload).__name__}")
-        if action == "HINT" and self._members is None:
-            raise P2PError("HINT needs the failure detector (--membership detector)")
+        if action in ("HINT", "REVOKE") and self._members is None:
+            raise P2PError(f"{action} needs the failure detector (--membership detector)")
         other = int(topic) if topic.isdigit() else None
-        if action in ("HINT", "RESET") and other not in self.nodes:
+        if action in ("HINT", "RESET", "REVOKE") and other not in self.nodes:
             raise P2PError(f"{action} names unknown node {topic!r}")
         if action == "RESET" and other == node:
             raise P2PError(f"RESET of node {node}'s connection to itself")
@@ -433,6 +432,9 @@ class Simulation:
             elif action == "HINT":
                 assert self._members is not None
                 self._members.hint(node, int(topic))
+            elif action == "REVOKE":
+                assert self._members is not None
+                self._members.revoke(node, int(topic))
             elif action == "RESET":
                 assert self._links is not None
                 self._links.reset(node, int(topic))
@@ -616,13 +618,20 @@ class Simulation:
             self.now = until
         return done
 
+    @property
+    def out(self) -> set[int]:
+        """Nodes out of the fleet: crashed, or revoked (``REVOKE``: still running,
+        refused by the members)."""
+        return self.down | self.recorder.silenced
+
     def quiescent(self) -> bool:
-        """No packet in flight and every node that is up idle (the detector's own
+        """No packet in flight and every member that is up idle (the detector's own
         timers and messages never end, so they do not count)."""
         detector = 0 if self._members is None else self._members.events
-        idle = all(c.idle() for n, c in self.nodes.items() if n not in self.down)
+        out = self.out
+        idle = all(c.idle() for n, c in self.nodes.items() if n not in out)
         idle = idle and not any(
-            m.recovery.holding for n, m in self.machines.items() if n not in self.down
+            m.recovery.holding for n, m in self.machines.items() if n not in out
         )
         return len(self._heap) == detector and idle
 
@@ -632,6 +641,9 @@ class Simulation:
         start = max(self.now, clock.cpu_free)
         if node in self.down:
             self.recorder.refused(start, node, action, topic, "node is crashed")
+            return
+        if node in self.recorder.silenced:
+            self.recorder.refused(start, node, action, topic, "node is revoked")
             return
         if start > self.now and self._defers(node, start):
             clock.cpu_free = start + self.delays.tpc
@@ -706,9 +718,10 @@ class Simulation:
         if sender in m.dead and sender not in m.alive:
             members.restart_seen(dest, sender, done)
             if sender in m.dead and sender not in m.alive:  # still: the machine's own rule
-                members.carry_out(dest, done, m.receive(sender, packets_body(packet), done))
+                out = members.honest(m.receive(sender, packets_body(packet), done))
+                members.carry_out(dest, done, out)
                 return
-        out = m.receive(sender, packets_body(packet), done)
+        out = members.honest(m.receive(sender, packets_body(packet), done))
         self._emit(dest, done, done, cast(list[Output], out))
         self.recorder.pending_max[dest] = m.core.pending_max
 

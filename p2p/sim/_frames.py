@@ -22,7 +22,7 @@ from causal import (
     Transmit,
 )
 from p2p._wire import Body, Control, PeerExchange
-from p2p.machine import SendExchange
+from p2p.machine import ExchangeWithSeed, SendExchange
 from topics import (
     Bundle,
     Delivered,
@@ -207,6 +207,8 @@ def control_body(msg: object) -> Body:
     anything else as the frame's one control message."""
     if type(msg) is SendExchange:
         return Body([], exchange=PeerExchange(msg.records, msg.reply))
+    if type(msg) is ExchangeWithSeed:  # a seed exchange asks for the seed's records
+        return Body([], exchange=PeerExchange(msg.records, True))
     return Body([], control=(cast(Control, msg),))
 
 

@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any, cast
 from p2p._errors import P2PError
 from p2p._membership import Peer
 from p2p.machine import (
+    ExchangeWithSeed,
     HistoryLimits,
     MachineOutput,
     MemberDown,
     MemberUp,
     NodeMachine,
     RecoveryConfig,
+    Refused,
     Reincarnated,
     Release,
     SendControl,
@@ -22,7 +24,7 @@ from p2p.machine import (
 )
 from p2p.sim._frames import control_body
 from p2p.sim._recorder import summarize
-from topics import Output, VCubePS
+from topics import Output, RemoteProtocolError, VCubePS
 from vcube import Hypercube
 
 if TYPE_CHECKING:
@@ -40,6 +42,26 @@ def _verify(record: bytes) -> tuple[Peer, int]:
         raise P2PError(f"not a simulated membership record: {record!r}")
     node, inc = int.from_bytes(record[3:11], "big"), int.from_bytes(record[11:], "big")
     return Peer(node, "sim", 0, record, inc), inc
+
+
+def _revocations(serial: int, nodes: Iterable[int]) -> bytes:
+    """A simulated revocation list (the runtime's are signed by the fleet)."""
+    return b"simrev" + b"".join(n.to_bytes(8, "big") for n in (serial, *sorted(nodes)))
+
+
+def _verify_revocations(blob: bytes) -> tuple[int, frozenset[int]]:
+    """The serial and nodes of a simulated revocation list."""
+    if not blob.startswith(b"simrev") or (len(blob) - 6) % 8 or len(blob) < 14:
+        raise P2PError(f"not a simulated revocation list: {blob!r}")
+    ints = [int.from_bytes(blob[i : i + 8], "big") for i in range(6, len(blob), 8)]
+    return ints[0], frozenset(ints[1:])
+
+
+SEED_INTERVAL = 30.0
+"""Detector intervals between exchanges with a seed (the runtime's default
+``seed_interval``, 30 s, at its 1 s rounds)."""
+SEED_BACKOFF = 0.25
+"""Detector intervals before a failed seed exchange is tried again (doubling)."""
 
 
 class _Halt(Exception):  # noqa: N818 (control flow, not an error)
@@ -77,6 +99,10 @@ class _Membership:
         self.overlays: dict[frozenset[int], Hypercube] = {frozenset(sim.ids): sim.overlay}
         self.detections: list[tuple[float, int, int, int, float | None]] = []
         """``(time, observer, suspected, incarnation, its crash time or None)``."""
+        self.revoked: dict[int, float] = {}
+        """Revoked nodes (``REVOKE``) and when the first member got the list."""
+        self.dropped: list[tuple[float, int, int]] = []
+        """``(time, member, revoked node)``: when each member dropped a revoked node."""
         self.counts = dict.fromkeys(
             ("control_sent", "control_lost", "hints", "reincarnations", "older_life_packets"), 0
         )
@@ -122,7 +148,10 @@ class _Membership:
             overlay=self._overlay,
             members=members,
             verify=_verify,
+            verify_revocations=_verify_revocations,
             recovery=self.recovery,
+            seed_interval=SEED_INTERVAL * self.cfg.interval,
+            seed_backoff=SEED_BACKOFF * self.cfg.interval,
             first_seq=first_seq,
         )
 
@@ -152,28 +181,34 @@ class _Membership:
                 self._introduce(n, intro.get(n, ()))
 
     def _introduce(self, node: int, seeds: Iterable[int]) -> None:
-        """``node`` knows only its seeds' addresses (``p2p node --seed``): it
-        sends each its records and asks for theirs, again every two rounds
-        while a seed is down (:meth:`_retry_seed`), as the runtime retries."""
+        """``node`` knows only its seeds' addresses (``p2p node --seed``): its
+        machine exchanges records with each at once and every
+        ``seed_interval``, backing off while a seed is down
+        (``p2p.machine._seeds``), as in the runtime."""
         sim = self.sim
         m = sim.machines[node]
         m.set_record(_record(node, sim.incarnation[node]))
-        out: list[Any] = []
         for k in sorted(set(seeds) - {node}):
             if k not in sim.nodes:
                 raise P2PError(f"node {node} is introduced to unknown node {k}")
-            out += m.introduce(k)
-        self._carry_out(node, sim.now, out)
+            m.add_seed(str(k), sim.now)
         self._arm(node)
 
-    def _retry_seed(self, src: int, dest: int, msg: object) -> None:
-        """An introduction from ``src`` to its seed ``dest`` was refused (the
-        seed is down): try again in two rounds."""
+    def _seed_outcome(self, src: int, dest: int, msg: object, reached: bool) -> None:
+        """A seed exchange of ``src`` reached its seed ``dest`` or failed: its
+        machine hears of it (a failure one propagation later, as a refused
+        dial is seen), and schedules the next."""
         sim = self.sim
-        seeds = (sim.introductions or {}).get(src, ())
-        if type(msg) is SendExchange and msg.reply and dest in seeds and src not in sim.down:
-            item = (src, sim.incarnation[src], dest)
-            self._push(sim.now + 2 * self.cfg.interval, sim._SEED, item)
+        if type(msg) is not ExchangeWithSeed or src in sim.down:
+            return
+        if reached:
+            self._carry_out(
+                src, sim.now, sim.machines[src].seed_reached(msg.address, dest, sim.now)
+            )
+            self._arm(src)
+            return
+        item = (src, sim.incarnation[src], dest)
+        self._push(sim.now + self._delay(dest, src), sim._SEED, item)
 
     def _install(self, node: int, m: NodeMachine) -> None:
         self.older_lives.pop(node, None)  # a new process
@@ -251,16 +286,17 @@ class _Membership:
                 pass  # to the older process of an id started twice: it runs
             elif sim.severed(src, dest):  # lost on the way: no reset comes back
                 self.counts["control_lost"] += 1
-                self._retry_seed(src, dest, msg)
+                self._seed_outcome(src, dest, msg, False)
             elif dest in sim.down or (
                 life != sim.incarnation[dest] and not sim._same_process(dest, life)
             ):
                 self.counts["control_lost"] += 1
                 self.refused(src, dest, life)
-                self._retry_seed(src, dest, msg)
+                self._seed_outcome(src, dest, msg, False)
             else:
                 if sim._twins is not None:
                     sim._twins.seen_newer(dest, src, max(sim.now, sim.clocks[dest].cpu_free))
+                self._seed_outcome(src, dest, msg, True)
                 self._input(dest, sim._CONTROL, (src, msg))
         elif kind == sim._SEEN:
             node, life, about, inc = cast(tuple[int, int, int, int], item)
@@ -277,8 +313,8 @@ class _Membership:
                 return
             if kind == sim._HINT:
                 self._input(node, sim._HINT, (about,))
-            else:  # a seed that refused the last try: try again
-                self._carry_out(node, sim.now, sim.machines[node].introduce(about))
+            else:  # a seed exchange that failed
+                self._carry_out(node, sim.now, sim.machines[node].seed_failed(str(about), sim.now))
                 self._arm(node)
 
     def restart_seen(self, node: int, sender: int, at: float) -> None:
@@ -296,6 +332,29 @@ class _Membership:
         else:
             _, out = m.add_peer(*_verify(_record(sender, inc)), at)
         self._carry_out(node, at, out)
+
+    def honest(self, out: list[Any]) -> list[Any]:
+        """``out`` of ``NodeMachine.receive``, after checking that no member broke
+        the protocol (:class:`Refused`, always last): simulated peers are
+        honest, so one that is not revoked means a bug, raised as the
+        machine's reason."""
+        if out and type(out[-1]) is Refused and out[-1].peer not in self.revoked:
+            raise RemoteProtocolError(out[-1].reason)
+        return out
+
+    def revoke(self, node: int, other: int) -> None:
+        """A scenario's REVOKE: the fleet's list, revoking ``other`` too, reaches
+        ``node`` (if up) as a file copied into its directory; the trace ends
+        ``other``'s part (``Recorder.revoked``)."""
+        sim = self.sim
+        self.revoked.setdefault(other, sim.now)
+        blob = _revocations(len(self.revoked), self.revoked)
+        if other not in sim.recorder.silenced:
+            sim.recorder.revoked(sim.now, other)
+        if node not in sim.down:
+            m = sim.machines[node]
+            self._carry_out(node, sim.now, m.adopt_revocations(blob, sim.now))
+            self._arm(node)
 
     def hint(self, node: int, about: int) -> None:
         """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
@@ -336,7 +395,7 @@ class _Membership:
             out = m.handle_timer(start)
         elif kind == sim._CONTROL:
             sender, msg = args
-            out = m.receive(sender, control_body(msg), start)
+            out = self.honest(m.receive(sender, control_body(msg), start))
         else:
             out = m.hint(args[0], start)
         self._carry_out(node, start, out)
@@ -353,7 +412,7 @@ class _Membership:
         core_out: list[Output] = []
         for o in out:
             kind = type(o)
-            if kind is SendControl or kind is SendExchange:
+            if kind is SendControl or kind is SendExchange or kind is ExchangeWithSeed:
                 self._send(node, o, start)
             elif kind is MemberDown:
                 self._down(node, o, start)
@@ -378,19 +437,24 @@ class _Membership:
             clock.cpu_free = max(clock.cpu_free, start + sim.delays.tpc)
             sim._emit(node, start, start + sim.delays.tpc, outputs)
 
-    def _send(self, src: int, o: SendControl | SendExchange, start: float) -> None:
+    def _send(
+        self, src: int, o: SendControl | SendExchange | ExchangeWithSeed, start: float
+    ) -> None:
         sim = self.sim
         self.counts["control_sent"] += 1
         msg = o.msg if type(o) is SendControl else o  # an exchange travels as itself
-        if sim._twins is not None and sim._twins.divert_control(src, o.dest, msg, start):
+        dest = int(o.address) if isinstance(o, ExchangeWithSeed) else o.dest
+        if sim._twins is not None and sim._twins.divert_control(src, dest, msg, start):
             return
-        item = (src, o.dest, msg, sim.incarnation[o.dest])
-        self._push(start + self._delay(src, o.dest), sim._CONTROL, item)
+        item = (src, dest, msg, sim.incarnation[dest])
+        self._push(start + self._delay(src, dest), sim._CONTROL, item)
 
     def _down(self, observer: int, o: MemberDown, at: float) -> None:
         links = self.sim._links
         if links is not None and o.was_up:
             links.dropped(observer, o.node, o.incarnation)
+        if o.reason == "revoked":
+            self.dropped.append((at, observer, o.node))
         if o.reason == "suspected":
             crashed = self.sim._died.get((o.node, o.incarnation))
             self.detections.append((at, observer, o.node, o.incarnation, crashed))
@@ -458,17 +522,17 @@ class _Membership:
         """Every core of a node that is up has nothing in flight or queued, and
         no machine holds a topic for a resume."""
         sim = self.sim
-        up = [n for n in sim.nodes if n not in sim.down]
+        up = [n for n in sim.nodes if n not in sim.down and n not in self.revoked]
         return all(sim.nodes[n].idle() and not sim.machines[n].recovery.holding for n in up)
 
     def agreed(self) -> bool:
-        """Every node that is up holds exactly the others that are up, at their
-        current incarnations, as members, and no id started twice still has
-        its older process running (``p2p.sim._twin``)."""
+        """Every node that is up and not revoked holds exactly the others that are
+        up and not revoked, at their current incarnations, as members, and no
+        id started twice still has its older process running (``p2p.sim._twin``)."""
         sim = self.sim
         if sim._twins is not None and sim._twins.any_running():
             return False
-        up = set(sim.ids) - sim.down
+        up = set(sim.ids) - sim.down - self.revoked.keys()
         for n in up:
             m = sim.machines[n]
             if len(m.alive) != len(up) - 1 or not m.alive < up:
@@ -493,4 +557,13 @@ class _Membership:
             **self.counts,
             "converged": self.converged,
             "agreed": self.agreed(),
+            **self._revocation_metrics(),
         }
+
+    def _revocation_metrics(self) -> dict[str, Any]:
+        """With REVOKE in the run: how long after the first member got the list
+        each member dropped the revoked node (absent otherwise)."""
+        if not self.revoked:
+            return {}
+        after = [at - self.revoked[node] for at, _, node in self.dropped]
+        return {"revocation": {"revoked": len(self.revoked), "dropped": summarize(after)}}

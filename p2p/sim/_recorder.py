@@ -99,6 +99,8 @@ class Recorder:
     subscribe_called: dict[tuple[int, str], float] = field(default_factory=dict)
     subscribe_latency: list[float] = field(default_factory=list)
     refusals: list[tuple[float, int, str, str, str]] = field(default_factory=list)
+    silenced: set[int] = field(default_factory=set)
+    """Revoked nodes: out of the trace from their revocation on."""
     drops: int = 0
     rounds: Counter[str] = field(default_factory=Counter)
     messages_per_round: list[int] = field(default_factory=list)
@@ -121,7 +123,7 @@ class Recorder:
     """Largest pending set (received, not delivered) per node, when the core reports it."""
 
     def _add(self, time: float, node: int, event: str, topic: str, mid: MsgId | None) -> None:
-        if self.record_trace:
+        if self.record_trace and node not in self.silenced:
             source = self.index.get(mid.source) if mid is not None else self.index[node]
             seq = mid.seq if mid is not None else None
             self.trace.append(TraceEvent(time, self.index[node], event, topic, source, seq))
@@ -137,6 +139,12 @@ class Recorder:
             self._add(time, node, "subscribe", topic, None)
         elif action == "UNS":
             self._add(time, node, "unsubscribe", topic, None)
+
+    def revoked(self, time: float, node: int) -> None:
+        """The fleet revoked ``node``: its trace ends as a crash's does (what it
+        does from now on, refused by the members, is no member's doing)."""
+        self.failure(time, node, True)
+        self.silenced.add(node)
 
     def failure(self, time: float, node: int, crash: bool) -> None:
         self.failures.append((time, self.index[node], crash))
@@ -179,7 +187,7 @@ class Recorder:
         """``node`` will not get ``count`` publications of ``source`` (a ``gap``
         event: its ``seq`` is the count)."""
         self.missed += count
-        if self.record_trace:
+        if self.record_trace and node not in self.silenced:
             ev = TraceEvent(time, self.index[node], "gap", topic, self.index.get(source), count)
             self.trace.append(ev)
 

@@ -20,6 +20,10 @@ newer start keeps the id and the older process stops (``p2p.sim._twin``).
 segments, connections across break and dials across fail, as when a switch
 splits in two; ``time;HEAL;node`` puts it back on the unnamed segment
 (``*`` for every node).  Side changes at one instant apply together.
+``time;REVOKE;node;other`` revokes node ``other`` (an index): the fleet's
+revocation list naming it reaches ``node`` (copied into its directory) and
+spreads from there; ``other`` keeps running, refused by every member that
+holds the list, and its calls are refused from then on.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from pathlib import Path
 from p2p._errors import ScenarioError
 
 ACTIONS = ("SUB", "UNS", "PUB", "CRASH", "RECOVER", "RESTART", "HINT", "RESET", "TWIN",
-           "PARTITION", "HEAL")  # fmt: skip
-PEERED = ("HINT", "RESET")
+           "PARTITION", "HEAL", "REVOKE")  # fmt: skip
+PEERED = ("HINT", "RESET", "REVOKE")
 """Actions whose fourth field is another node's index, not a topic."""
 FAILURES = ("CRASH", "RECOVER", "RESTART", "TWIN", "HEAL")
 """Actions on a node alone: ``time;ACTION;node``, no topic."""
@@ -154,6 +158,7 @@ def _parse_line(text: str, lineno: int, nodes: int) -> list[Action]:
             "HINT": "the node it hints about",
             "RESET": "the other end",
             "PARTITION": "the segment's name",
+            "REVOKE": "the node it revokes",
         }.get(action, "a topic")
         raise ScenarioError(f"line {lineno}: {action} needs {what}")
     if action in PEERED:

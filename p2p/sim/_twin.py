@@ -305,7 +305,8 @@ class Twins:
 
     def _control(self, elder: Elder, src: int, msg: Any) -> None:
         start = max(self.sim.now, elder.cpu_free)
-        self._carry_out(elder, start, elder.machine.receive(src, control_body(msg), start))
+        out = self.members.honest(elder.machine.receive(src, control_body(msg), start))
+        self._carry_out(elder, start, out)
 
     def _arrive(self, elder: Elder, src: int, frame: Frame) -> None:
         """A frame reaches the elder: one ``t_pc``, then its core takes the parts."""
@@ -314,7 +315,8 @@ class Twins:
         m = elder.machine
         if src in m.dead and src not in m.alive:  # the connection's record: its new life
             self._carry_out(elder, done, m.learn(src, sim.incarnation[src], done))
-        self._emit(elder, done, cast(list[Output], m.receive(src, packets_body(frame), done)))
+        out = self.members.honest(m.receive(src, packets_body(frame), done))
+        self._emit(elder, done, cast(list[Output], out))
 
     # ------------------------------------------------------------ outputs --
 
