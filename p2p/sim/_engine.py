@@ -399,6 +399,12 @@ class Simulation:
         reincarnations, control messages, and whether membership converged."""
         return {} if self._members is None else self._members.metrics()
 
+    def membership_events(self) -> list[tuple[float, int, str, int, str]]:
+        """Every node's membership events, as the runtime's ``Node.membership()``
+        gives them: ``(time, node, "joined" | "left", about, reason)`` (empty
+        without ``detector``)."""
+        return [] if self._members is None else list(self._members.log)
+
     def detection_bound(self) -> float:
         """How long after a crash every node that is up suspects it, at most, when
         one-way delays stay below ``tpp_mean + 4 tpp_stdev + t_pc`` (``vcube``'s

@@ -103,6 +103,9 @@ class _Membership:
         """Revoked nodes (``REVOKE``) and when the first member got the list."""
         self.dropped: list[tuple[float, int, int]] = []
         """``(time, member, revoked node)``: when each member dropped a revoked node."""
+        self.log: list[tuple[float, int, str, int, str]] = []
+        """Membership events as the runtime's ``Node.membership()`` gives them:
+        ``(time, node, "joined" | "left", about, reason)``."""
         self.counts = dict.fromkeys(
             ("control_sent", "control_lost", "hints", "reincarnations", "older_life_packets"), 0
         )
@@ -416,8 +419,10 @@ class _Membership:
                 self._send(node, o, start)
             elif kind is MemberDown:
                 self._down(node, o, start)
-            elif kind is MemberUp and self.sim._twins is not None:
-                self.sim._twins.new_life(node, o, start)
+            elif kind is MemberUp:
+                self.log.append((start, node, "joined", o.node, o.reason))
+                if self.sim._twins is not None:
+                    self.sim._twins.new_life(node, o, start)
             elif kind is Release:
                 self._emit(node, start, core_out)  # what came before it first
                 core_out = []
@@ -453,6 +458,8 @@ class _Membership:
         links = self.sim._links
         if links is not None and o.was_up:
             links.dropped(observer, o.node, o.incarnation)
+        if o.was_up:
+            self.log.append((at, observer, "left", o.node, o.reason))
         if o.reason == "revoked":
             self.dropped.append((at, observer, o.node))
         if o.reason == "suspected":
