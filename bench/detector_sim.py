@@ -6,7 +6,7 @@ A benchmark, not a test: it asserts nothing.  Run it from the repository root::
     python -m bench.detector_sim --quick     # smoke run (N = 8 .. 64, 2 seeds)
     python -m bench.detector_sim --out /tmp/x.json --jobs 2
 
-Every run is :mod:`vcube._detsim` (the same driver as ``tests/test_detector.py``):
+Every run is :mod:`p2p.sim._detsim` (the same driver as ``tests/test_detector.py``):
 random 64-bit ids, every node joined to every other, ticks every
 ``interval = 1 s`` at a random phase, ``timeout = 1 s`` (the runtime's
 default; probes expire at their deadline, as in the runtime, so each attempt
@@ -60,8 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import ROOT, execute, machine
-from vcube import DetectorConfig
-from vcube._detsim import (
+from p2p.sim._detsim import (
     CrashOutcome,
     Delays,
     DetectorNet,
@@ -69,6 +68,7 @@ from vcube._detsim import (
     run_crash,
     sparse_ids,
 )
+from vcube import DetectorConfig
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "detector_sim.json"
 CONFIG = DetectorConfig(interval=1.0, timeout=1.0)

@@ -55,7 +55,7 @@ COMPILED_MODULES: tuple[str, ...] = (
 broadcast's packets in its ``Send``), ``vcube._detector`` (its message classes
 must hold whatever a peer sends until its own checks reject it with
 ``RemoteDetectorError``; compiled, their constructors would raise
-``TypeError`` first), ``topics._srpt`` and ``vcube._detsim`` (baselines and
+``TypeError`` first), ``topics._srpt`` and ``p2p.sim._detsim`` (baselines and
 test harnesses, off the hot paths)."""
 
 _ROOT = Path(__file__).resolve().parent.parent

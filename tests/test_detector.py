@@ -3,7 +3,7 @@
 Unit tests drive detectors by hand (outputs pumped synchronously between them);
 the first-round tests are checked against the thesis' Fig. 2.6 cluster table
 (de Araujo 2019, §2.4: "p0 only performs tests on nodes 1, 2, 4").  Property
-tests run the small deterministic network of :mod:`vcube._detsim` (event heap
+tests run the small deterministic network of :mod:`p2p.sim._detsim` (event heap
 ordered by ``(time, seq)``, seeded ``random.Random``); every run is a pure
 function of the Hypothesis-drawn integers, which are printed with ``note`` so a
 failing example replays from them.
@@ -23,6 +23,15 @@ from hypothesis import strategies as st
 from test_vcube import FIG_2_6  # the c(i, s) table of Fig. 2.6, copied from the figure once
 
 import vcube
+from p2p.sim._detsim import (
+    Delays,
+    DetectorNet,
+    cbor_size,
+    message_size,
+    nonempty_clusters,
+    run_crash,
+    sparse_ids,
+)
 from vcube import (
     Corrected,
     Detector,
@@ -47,15 +56,6 @@ from vcube import (
     decode_detector,
     depth_and_degree,
     encode_detector,
-)
-from vcube._detsim import (
-    Delays,
-    DetectorNet,
-    cbor_size,
-    message_size,
-    nonempty_clusters,
-    run_crash,
-    sparse_ids,
 )
 
 
@@ -555,7 +555,7 @@ def test_entries_only_grow_and_changes_bump_the_version(seed: int, steps: int) -
 
 
 # --------------------------------------------------------------------------- #
-# Properties of a network of detectors (vcube._detsim)                         #
+# Properties of a network of detectors (p2p.sim._detsim)                         #
 # --------------------------------------------------------------------------- #
 
 

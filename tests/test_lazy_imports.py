@@ -71,7 +71,7 @@ def test_open_node_loads_only_what_a_node_needs() -> None:
         "p2p.runtime._blocking",  # BlockingNode
         "causal._broadcast",  # the vector-clock broadcast of ch. 4 (simulator only)
         "topics._srpt",
-        "vcube._detsim",
+        "p2p.sim._detsim",
         "p2p.sim",
         "p2p.telemetry",
         "asyncio",  # zeroconf's, loaded when discovery starts

@@ -54,7 +54,7 @@ node arrives within ``timeout`` (strictly after the probe left), ``i`` probes
 again, up to ``attempts`` probes in a row, then suspects it and moves on to
 the next correct node of that cluster.  Probes expire at ticks, or exactly at
 their deadline when the driver calls :meth:`Detector.expire` at
-:meth:`Detector.deadline` (the runtime and ``vcube._detsim`` do).
+:meth:`Detector.deadline` (the runtime and ``p2p.sim._detsim`` do).
 
 Pushes: eager dissemination
 ---------------------------
@@ -85,7 +85,7 @@ timestamp rule), but every newer entry, not only those of the tested cluster
 ``c(i, s)`` (the Hi-ADSD rule, which the thesis' wording suggests).  With the
 cluster-only rule, ``i`` learns that nodes of ``c(i, s)`` crashed only from
 ``c(i, s)`` itself, so a cluster whose first nodes are all dead is walked one
-node per round: in ``vcube._detsim``, a dense 128-node cube losing one half
+node per round: in ``p2p.sim._detsim``, a dense 128-node cube losing one half
 takes 66 rounds (beyond ``log2(N)^2 = 49``) with it, 7 with this rule.  Taking
 every newer entry is safe because entries are monotone facts and merging is a
 max; the cost is that a change reaches a node once from each node it pulls

@@ -1,7 +1,9 @@
-"""A small deterministic network of :class:`~vcube._detector.Detector` cores.
+"""A small deterministic network of :class:`~vcube.Detector` cores alone.
 
-Private: the one copy of the driver that ``tests/test_detector.py`` and
-``bench/detector_sim.py`` share.  An event heap ordered by ``(time, seq)``; all
+The failure detector's own harness, kept out of the core package (it is a
+driver): the one copy that ``tests/test_detector.py`` and
+``bench/detector_sim.py`` share, for properties of the detector by itself
+(the whole node runs in :class:`p2p.sim.Simulation`).  An event heap ordered by ``(time, seq)``; all
 randomness comes from the ``rng`` passed in (a seeded ``random.Random``), so a
 run is a pure function of its arguments and replays from its seed.
 
@@ -30,7 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from vcube._detector import (
+from vcube import (
+    ID_BITS,
     Corrected,
     Detector,
     DetectorConfig,
@@ -41,8 +44,8 @@ from vcube._detector import (
     SelfSuspected,
     SendDetector,
     Suspected,
+    partition_sorted,
 )
-from vcube._topology import ID_BITS, partition_sorted
 
 _TICK, _MSG, _DATA, _CRASH, _EXPIRE, _HINT = 0, 1, 2, 3, 4, 5
 
