@@ -6,13 +6,11 @@ run it; it never reads a clock or does I/O.
 
 from p2p.machine._frontier import ENVELOPE_SIZE, GAP, SKIP, Frontier, envelope_of
 from p2p.machine._history import History, HistoryLimits
-from p2p.machine._machine import (
-    DIGEST_REFRESH,
-    DIGEST_RESYNC,
+from p2p.machine._machine import DIGEST_REFRESH, DIGEST_RESYNC, NodeMachine
+from p2p.machine._outputs import (
     MachineOutput,
     MemberDown,
     MemberUp,
-    NodeMachine,
     NodeOutput,
     Refused,
     Reincarnated,

@@ -4,8 +4,8 @@ DESIGN.md §1 and §5.  Both drivers run this class unchanged: the trio runtime
 (``p2p.runtime.Node``) and the simulator (``p2p.sim.Simulation`` with a
 detector).  It never reads a clock, never does I/O and draws no randomness:
 every input takes ``now``, and every effect is an *output* the driver carries
-out (core outputs such as ``Send`` and ``Delivered``, plus the membership
-outputs of this module).
+out (one typed union, ``p2p.machine._outputs``).  A decoded frame enters by
+:meth:`NodeMachine.receive` only, whatever it holds.
 
 What it owns:
 
@@ -15,7 +15,9 @@ What it owns:
   :meth:`NodeMachine.get_timer` / :meth:`NodeMachine.handle_timer`;
 * the membership table: which incarnation of each peer is up (``alive``,
   ``incs``) and the newest one handed to the core as crashed (``dead``);
-* the application's topics, replayed after a reincarnation.
+* the application's topics, replayed after a reincarnation;
+* its history and resumes (``p2p.machine._recovery``);
+* records, revocations and seeds (``p2p.machine._fleet``, its base class).
 
 Membership rules (DESIGN.md §5): evidence of a member (a verified record, a
 restart seen in its packets) goes to the detector, which admits it; a
@@ -28,17 +30,33 @@ eviction.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 from causal import MsgId
 from p2p._errors import SecurityError
-from p2p._membership import Peer, RecordGossip, records_digest
+from p2p._membership import Peer, RecordGossip
 from p2p._wire import Body, Control, Leave, Members, Replay, Resume, Revoked
+from p2p.machine._fleet import _Fleet
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
+from p2p.machine._outputs import (
+    ExchangeWithSeed,
+    LeaveSeed,
+    MemberDown,
+    MemberUp,
+    Out,
+    Refused,
+    Reincarnated,
+    RoundStarted,
+    SendControl,
+    Stalled,
+    Superseded,
+    SuspicionCorrected,
+    Verify,
+    VerifyRevocations,
+)
 from p2p.machine._recovery import Recovery, RecoveryConfig, Release
-from p2p.machine._seeds import ExchangeWithSeed, LeaveSeed, Seeds
-from topics import Delivered, LocalProtocolError, Output, Published, RemoteProtocolError, VCubePS
+from p2p.machine._seeds import Seeds
+from topics import Delivered, LocalProtocolError, Published, RemoteProtocolError, VCubePS
 from vcube import (
     Corrected,
     Detector,
@@ -59,147 +77,6 @@ from vcube import (
     Suspected,
 )
 
-# ------------------------------------------------------------------ outputs --
-
-
-@dataclass(frozen=True, slots=True)
-class SendControl:
-    """Send the control message ``msg`` (a detector message or a LEAVE) to ``dest``."""
-
-    dest: int
-    msg: Control
-
-
-@dataclass(frozen=True, slots=True)
-class SendExchange:
-    """Send signed membership ``records`` to ``dest`` (``reply``: it answers
-    with its own)."""
-
-    dest: int
-    records: tuple[bytes, ...]
-    reply: bool
-
-
-@dataclass(frozen=True, slots=True)
-class MemberUp:
-    """``node`` joined this node's view as ``incarnation`` (``reason``:
-    ``discovered`` or ``restarted``), or, up already, is now ``incarnation``
-    (``restarted``: a connection to its old life must not carry more).  The
-    core already knows it."""
-
-    node: int
-    incarnation: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemberDown:
-    """Incarnations of ``node`` up to ``incarnation`` are over (``reason``:
-    ``suspected``, ``left``, ``revoked``, ``crashed``).  ``was_up``: it was in
-    the view and left it now (a driver drops its link); otherwise only an
-    older incarnation, or one never admitted, was declared over.  The outputs
-    of the core's repair follow this one."""
-
-    node: int
-    incarnation: int
-    reason: str
-    was_up: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SuspicionCorrected:
-    """``node``, suspected by this node, answers again; it comes back as a new
-    incarnation once it learns of the suspicion (the core treats a suspected
-    incarnation as crashed for good)."""
-
-    node: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reincarnated:
-    """This node was suspected: its core restarted as ``incarnation`` (it was
-    ``previous``).  Core packets of the old life still queued must be dropped;
-    the outputs that follow re-subscribe every topic of :attr:`NodeMachine.topics`."""
-
-    previous: int
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Superseded:
-    """Another process runs this node's identity as the newer ``incarnation``,
-    alive (the detector holds it unsuspected): the identity was started twice
-    (a copied node directory).  The newest start keeps it; this machine stops
-    acting (no reincarnation above it, which would start a leapfrog of
-    restarts, nor probes or accusations) and the driver should stop the node
-    with an error.  Reported once."""
-
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Stalled:
-    """The driver handled the timer ``lag`` seconds late (this process was not
-    running): ``moved`` probes were given more time instead of accusing others
-    of this node's own slowness (Lifeguard's local health)."""
-
-    lag: float
-    moved: int
-
-
-@dataclass(frozen=True, slots=True)
-class RoundStarted:
-    """A detector round ran (once per ``interval``, on a fixed grid)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """A frame of ``peer`` broke the protocol (``reason``): what came before it in
-    the frame was taken and its outputs precede this one; the rest was not.
-    The driver closes the connection it came on (a simulated peer is honest,
-    so the simulator never sees one)."""
-
-    peer: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RevocationsAdopted:
-    """This node holds the fleet's revocation list ``serial`` now; ``fresh`` are
-    the nodes it revokes that were not revoked before (each one's
-    :class:`MemberDown` follows), ``self_revoked``: the list names this node."""
-
-    serial: int
-    fresh: tuple[int, ...]
-    self_revoked: bool
-
-
-MachineOutput = (
-    SendControl
-    | SendExchange
-    | MemberUp
-    | MemberDown
-    | SuspicionCorrected
-    | Reincarnated
-    | Superseded
-    | Stalled
-    | RoundStarted
-    | Release
-    | Refused
-    | RevocationsAdopted
-    | ExchangeWithSeed
-    | LeaveSeed
-)
-"""The outputs of this module; a machine's output lists mix them with the core's."""
-
-NodeOutput = Output | MachineOutput
-"""Everything a :class:`NodeMachine` call returns: the core's outputs
-(``topics.Output``) and :data:`MachineOutput`, one typed union a driver
-dispatches once."""
-
-Out = list[NodeOutput]
-"""Outputs in the order the driver must carry them out."""
-
 _REMOTE_ERRORS = (RemoteProtocolError, RemoteDetectorError, SecurityError)
 """What a peer's frame can make the core, the detector or a verifier raise
 (a forged record or revocation list, a refused message): :class:`Refused`."""
@@ -217,15 +94,6 @@ def _no_revocations(blob: bytes) -> tuple[int, frozenset[int]]:
     raise ValueError("this machine was given no revocation verifier")
 
 
-Verify = Callable[[bytes], tuple[Peer, int]]
-"""Checks a membership record's signature and fleet membership and returns the
-peer it names with the incarnation it announces; raises on a forged record
-(the driver closes the connection it came on)."""
-
-VerifyRevocations = Callable[[bytes], tuple[int, frozenset[int]]]
-"""Checks an encoded revocation list against the fleet's key and returns its
-serial and the nodes it revokes; raises on a forged or malformed one."""
-
 DIGEST_REFRESH = 10
 """Rounds between repeats of an unchanged record digest to a monitored node."""
 DIGEST_RESYNC = 3
@@ -235,7 +103,7 @@ DIGEST_RESYNC = 3
 # ------------------------------------------------------------------ machine --
 
 
-class NodeMachine:
+class NodeMachine(_Fleet):
     """One node's protocol state (see the module docstring).
 
     Membership invariant (kept by :meth:`_up` and :meth:`_down`): the core's
@@ -540,39 +408,6 @@ class NodeMachine:
         inc = self.incs.get(node, 0)
         return self._over(node, inc, max(inc, self.dead.get(node, -1) + 1), "revoked", now)
 
-    def adopt_revocations(self, blob: bytes, now: float) -> Out:
-        """The fleet's revocation list ``blob`` (from a peer, or the driver's file):
-        adopted if genuine and newer than the one held.  Its nodes leave at once
-        and are refused from now on, and the list goes on to this node's VCube
-        neighbours.  Raises ``SecurityError`` on a forged list."""
-        serial, nodes = self._verify_revocations(blob)
-        if serial <= self.revocation_serial:
-            return []
-        self.revocation_serial, self.revocations = serial, blob
-        fresh = sorted(nodes - self.revoked - {self.id})
-        out: Out = [RevocationsAdopted(serial, tuple(fresh), self.id in nodes)]
-        for node in fresh:
-            out += self.revoke(node, now)
-        notice = Revoked(blob)
-        children = self.core.overlay.children(self.id, self.id)
-        return out + [SendControl(n, notice) for n in children]
-
-    def _compare(self, sender: int, theirs: int) -> Out:
-        """``sender`` holds revocation list ``theirs``: send ours if newer, ask for
-        its own (our digest and serial) if older."""
-        mine = self.revocation_serial
-        if theirs == mine or sender not in self.peers:
-            return []
-        if theirs < mine:
-            return [SendControl(sender, Revoked(self.revocations))]
-        return [SendControl(sender, Members(records_digest(self.known_records()), mine))]
-
-    def _depart(self, node: int) -> None:
-        """Keep ``node``'s record as departed: an older or equal one stays out."""
-        peer = self.peers.pop(node, None)
-        if peer is not None:
-            self.departed[node] = peer
-
     def _over(self, node: int, inc: int, dead: int, reason: str, now: float) -> Out:
         """``node`` is over up to ``dead`` for the core (with ``reason``, which the
         detector's own ``Left`` would not carry) and leaves the detector as
@@ -618,93 +453,10 @@ class NodeMachine:
         out = self._flush(now)
         return out + self._on_detector(det.probe_now(node, now), now)
 
-    # ---------------------------------------------------------- records --
-
-    def add_peer(self, peer: Peer, inc: int, now: float) -> tuple[bool, Out]:
-        """A verified record of ``peer`` announcing incarnation ``inc`` (discovery,
-        a seed, an exchange): whether it told something new, and the outputs of
-        learning it.  A record older than the one held, or than the departure
-        last reported, changes nothing."""
-        node = peer.node_id
-        if node == self.id or node in self.revoked:
-            return False, []
-        for prior in (self.peers.get(node), self.departed.get(node)):
-            if prior is not None and (
-                peer.issued_at < prior.issued_at or peer.record == prior.record
-            ):
-                return False, []
-        self.peers[node] = peer
-        return True, self.learn(node, inc, now)
-
     def restore_frontier(self, frontiers: dict[str, dict[int, tuple[int, int]]]) -> None:
         """What this node delivered before its process restarted (kept in its node
         directory): its resumes and gap counts start from there."""
         self.frontier.restore(frontiers)
-
-    def set_record(self, record: bytes) -> None:
-        """This node's own signed record (a new one for each incarnation)."""
-        self.record = record
-
-    def known_records(self) -> list[bytes]:
-        """This node's record and those of the peers it believes up (what an
-        exchange sends: a crashed peer's record would only make others dial it)."""
-        alive = self.alive
-        return [self.record, *(p.record for n, p in self.peers.items() if n in alive)]
-
-    def introduce(self, dest: int) -> Out:
-        """Ask ``dest`` (a seed) for its records, with ours."""
-        return [SendExchange(dest, tuple(self.known_records()), True)]
-
-    def exchange(self, sender: int, records: Iterable[bytes], reply: bool, now: float) -> Out:
-        """Records from ``sender``: learn the verified new ones, answer if asked,
-        and pass the news on to this node's VCube neighbours (not back to
-        ``sender``), so a join floods the overlay once.  Raises what ``verify``
-        raises on a forged record.  ``records_learned`` counts the news."""
-        held = {p.record for p in self.peers.values()}  # known bytes need no check
-        out: Out = []
-        news = []
-        for record in records:
-            if record in held:
-                continue
-            new, learnt = self.add_peer(*self._verify(record), now)
-            out += learnt
-            if new:
-                news.append(record)
-        self.records_learned += len(news)
-        if reply and sender in self.peers:
-            out.append(SendExchange(sender, tuple(self.known_records()), False))
-        return out + self.spread(news, sender)
-
-    def spread(self, news: list[bytes], sender: int | None) -> Out:
-        """Pass records new to this node on to its VCube neighbours (not back to
-        ``sender``): each node forwards a record once.  Anti-entropy (the
-        digests each round, :meth:`on_digest`) covers what a flood over
-        differing views misses."""
-        if not news:
-            return []
-        records = (self.record, *news)
-        children = self.core.overlay.children(self.id, self.id)
-        return [SendExchange(n, records, False) for n in children if n != sender]
-
-    def on_digest(self, sender: int, digest: int, now: float) -> Out:
-        """``sender`` holds records with ``digest``: if ours differ, send ours and
-        ask for its own (both then hold the union, ``p2p._membership``)."""
-        if sender not in self.peers:
-            return []  # its introduction has not arrived: nowhere to answer yet
-        mine = records_digest(self.known_records())
-        if self.gossip.answer(sender, digest, mine, now):
-            return [SendExchange(sender, tuple(self.known_records()), True)]
-        return []
-
-    def _digests(self, now: float) -> Out:
-        """Tell the monitored nodes our records' digest, when it changed since we
-        last told them or every ``DIGEST_REFRESH`` rounds."""
-        if self.detector is None or not self.record:
-            return []
-        digest = records_digest(self.known_records())
-        msg = Members(digest, self.revocation_serial)
-        targets = self.gossip.due(self.detector.monitored(), digest, now)
-        return [SendControl(n, msg) for n in targets if n in self.alive]
 
     # ----------------------------------------------------------- timers --
 
@@ -764,28 +516,6 @@ class NodeMachine:
         else:
             out += self._on_detector(det.expire(now), now)
         return out + self._sent(self.recovery.expire(now))
-
-    # ------------------------------------------------------------ seeds --
-
-    def add_seed(self, address: str, now: float) -> Out:
-        """A seed's address (``p2p node --seed``): records are exchanged with it at
-        once and every ``seed_interval`` (:class:`ExchangeWithSeed` from the timer)."""
-        self.seeds.add(address, now)
-        return []
-
-    def seed_reached(self, address: str, node: int, now: float) -> Out:
-        """The exchange with ``address`` went out; the seed is ``node`` (this node
-        itself: no more exchanges with it)."""
-        if node == self.id:
-            self.seeds.drop(address)
-        else:
-            self.seeds.reached(address, node, now)
-        return []
-
-    def seed_failed(self, address: str, now: float) -> Out:
-        """The exchange with ``address`` failed: tried again after a backoff."""
-        self.seeds.failed(address, now)
-        return []
 
     def _flush(self, now: float) -> Out:
         """Hand the peers heard from to the detector.
@@ -914,23 +644,4 @@ class NodeMachine:
         return out
 
 
-__all__ = [
-    "DIGEST_REFRESH",
-    "DIGEST_RESYNC",
-    "MachineOutput",
-    "MemberDown",
-    "MemberUp",
-    "NodeMachine",
-    "NodeOutput",
-    "Refused",
-    "Reincarnated",
-    "RevocationsAdopted",
-    "RoundStarted",
-    "SendControl",
-    "SendExchange",
-    "Stalled",
-    "Superseded",
-    "SuspicionCorrected",
-    "Verify",
-    "VerifyRevocations",
-]
+__all__ = ["DIGEST_REFRESH", "DIGEST_RESYNC", "NodeMachine"]
