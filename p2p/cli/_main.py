@@ -353,7 +353,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     wall = time.monotonic() - started
     if args.metrics:
         doc = sim.recorder.metrics()
-        if sim.machines:
+        if sim.detector is not None:
             doc["membership"] = sim.membership_metrics()
         for key, extra in (("links", sim.link_metrics()), ("twins", sim.twin_metrics())):
             if extra:  # only runs with RESET or TWIN lines have these
@@ -366,7 +366,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"refused at t={t:g}: node {node} {action} {topic}: {why}", file=sys.stderr)
     if not args.quiet:
         print(_summary(sim, args.protocol, wall))
-        if sim.machines and sim.recorder.failures:
+        if sim.detector is not None and sim.recorder.failures:
             print(_membership_summary(sim))
         for line in _fault_summaries(sim):
             print(line)

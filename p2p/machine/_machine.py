@@ -56,7 +56,14 @@ from p2p.machine._outputs import (
 )
 from p2p.machine._recovery import Recovery, RecoveryConfig, Release
 from p2p.machine._seeds import Seeds
-from topics import Delivered, LocalProtocolError, Published, RemoteProtocolError, VCubePS
+from topics import (
+    Delivered,
+    LocalProtocolError,
+    Published,
+    RemoteProtocolError,
+    VCubePS,
+)
+from topics._state import PresetView
 from vcube import (
     Corrected,
     Detector,
@@ -121,7 +128,9 @@ class NodeMachine(_Fleet):
     peers known up from the start, admitted without events; ``first_seq``
     the sequence number a new process of this node publishes from;
     ``seed_interval`` and ``seed_backoff`` the seed exchanges' period and first
-    retry delay (``p2p.machine._seeds``).
+    retry delay (``p2p.machine._seeds``); ``packets_admit=False`` leaves
+    membership to :meth:`crashed` and :meth:`recovered` alone (an oracle's:
+    core packets of a newer life admit nobody).
     """
 
     def __init__(
@@ -140,6 +149,7 @@ class NodeMachine(_Fleet):
         seed_interval: float = 30.0,
         seed_backoff: float = 0.25,
         first_seq: int = 0,
+        packets_admit: bool = True,
         now: float = 0.0,
     ) -> None:
         self.id = node_id
@@ -183,6 +193,7 @@ class NodeMachine(_Fleet):
         """The fleet's revocation list this node holds (encoded; serial 0: none)."""
         self._verify = verify
         self._verify_revocations = verify_revocations
+        self._packets_admit = packets_admit
         interval = 1.0 if detector is None else detector.interval
         self.gossip = RecordGossip(
             refresh=DIGEST_REFRESH * interval, resync=DIGEST_RESYNC * interval
@@ -222,6 +233,14 @@ class NodeMachine(_Fleet):
             for source in sorted(self.alive):
                 out += self._sent(self.recovery.rejoined(source, {topic}, now))
         return out
+
+    def preset_subscription(self, topic: str, subscribers: list[int], shared: PresetView) -> None:
+        """An oracle's start (the thesis' experiments): ``subscribers`` of ``topic``
+        are known to every node already, this one's subscription included if
+        it is one of them (``VCubePS.preset_subscription``)."""
+        self.core.preset_subscription(topic, subscribers, shared=shared)
+        if self.id in subscribers:
+            self.topics.add(topic)  # replayed after a reincarnation
 
     def unsubscribe(self, topic: str, now: float) -> Out:
         out: Out = cast(Out, self.core.unsubscribe(topic, now))
@@ -298,12 +317,13 @@ class NodeMachine(_Fleet):
         if peer in self.revoked:
             return [Refused(peer, f"{peer:016x} was revoked by the fleet")]
         packets, alive = body.packets, body.alive
-        heard = self.heard
-        if alive is None:
-            heard.setdefault(peer, None)
-        else:
-            seen = heard.get(peer)
-            heard[peer] = alive if seen is None or seen < alive else seen
+        if self.detector is not None:  # a sign of life, for the detector
+            heard = self.heard
+            if alive is None:
+                heard.setdefault(peer, None)
+            else:
+                seen = heard.get(peer)
+                heard[peer] = alive if seen is None or seen < alive else seen
         if (
             len(packets) == 1  # the hot path: one packet of a peer in the view
             and body.exchange is None
@@ -319,7 +339,7 @@ class NodeMachine(_Fleet):
             if body.exchange is not None:
                 ex = body.exchange
                 out += self.exchange(peer, ex.records, ex.reply, now)
-            if packets and peer in self.dead and peer not in self.alive:
+            if packets and self._packets_admit and peer in self.dead and peer not in self.alive:
                 incs = [p.round.incarnation for p in packets if p.round.source == peer]
                 out += self.restarted_by(peer, incs, now)
             core = self.core
@@ -416,6 +436,13 @@ class NodeMachine(_Fleet):
         if self.detector is not None:
             out += self._on_detector(self.detector.leave(node, inc, now), now)
         return out
+
+    def stale(self, node: int, inc: int, crashed: bool) -> bool:
+        """Whether an oracle's verdict on ``node`` (``inc`` crashed, or up) is no
+        news: the newest the machine holds of it, ``(incarnation, crashed)``,
+        is at or past it (verdicts may arrive in any order)."""
+        held = max((self.incs.get(node, 0), 0), (self.dead.get(node, -1), 1))
+        return (inc, 1 if crashed else 0) <= held
 
     def crashed(self, node: int, inc: int, now: float) -> Out:
         """An oracle's verdict (the simulator's thesis mode): ``node`` up to ``inc`` crashed."""

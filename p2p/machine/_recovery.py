@@ -142,6 +142,8 @@ class Recovery:
         other sources' publications it delivered last (the first
         :data:`MAX_REPLAY_DEPS` sources it delivered on the topic; the order
         against any further ones is not restored)."""
+        if self.history.limits.count == 0:
+            return  # nothing kept: no dependencies to gather
         frontier = self.frontier
         cached = self._deps.get(topic)
         if cached is not None and cached[0] == frontier.changes:

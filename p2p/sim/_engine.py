@@ -26,8 +26,11 @@ from p2p._errors import P2PError
 from p2p._wire import WireLimits, decode_body, encode_packets
 from p2p.machine import (
     Frontier,
+    HistoryLimits,
     MachineOutput,
     NodeMachine,
+    RecoveryConfig,
+    Refused,
     Release,
 )
 from p2p.sim._delay import DelayModel
@@ -59,6 +62,7 @@ from topics import (
     Published,
     PubSubConfig,
     Received,
+    RemoteProtocolError,
     RoundAcked,
     Send,
     SRPTNode,
@@ -178,12 +182,14 @@ class Simulation:
         self.ids = list(node_ids)
         self.index = {n: i for i, n in enumerate(node_ids)}
         self.nodes: dict[int, Core] = {}
-        if detector is None:  # else each node's machine builds its core
+        """Each node's core (a ``NodeMachine``'s, for VCube-PS), read for views and stats."""
+        if protocol != "vcube-ps":  # else each node's machine builds its core
             self.nodes = {n: self._make(n, config) for n in node_ids}
         self.clocks = {n: _NodeClock() for n in node_ids}
         self.machines: dict[int, NodeMachine] = {}
-        """With a ``detector``: each node's :class:`NodeMachine` (its core is
-        ``nodes[n]``), and membership comes from the real failure detector."""
+        """VCube-PS: each node's :class:`NodeMachine` (its core is ``nodes[n]``);
+        membership comes from the real failure detector (``detector``) or from
+        the oracle's crash and recovery notices to the machine."""
         self._frontiers: dict[int, Frontier] = {}
         """Ordinals and frontiers of nodes without a machine (:meth:`_frontier`)."""
         if type(history) is not int or history < 0:
@@ -214,10 +220,8 @@ class Simulation:
         self.down: set[int] = set()
         """Nodes crashed and not recovered."""
         self.incarnation = dict.fromkeys(node_ids, 0)
-        self._known: dict[int, dict[int, tuple[int, int]]] = {n: {} for n in node_ids}
-        """Per node: what its failure detector told it of others, ``(incarnation, 1 if
-        crashed else 0)``; newest wins, so notifications may arrive in any order."""
-        self._overlays: dict[frozenset[int], Hypercube] = {frozenset(): self.overlay}
+        self._overlays: dict[frozenset[int], Hypercube] = {frozenset(node_ids): self.overlay}
+        """The oracle mode's overlays, one per member set (shared by the machines)."""
         self.lost = 0
         """Link packets that arrived at a crashed node, or reached it but were still
         waiting for (or in) its processing when it crashed."""
@@ -263,6 +267,41 @@ class Simulation:
         self._members = _Membership(self) if detector is not None else None
         if self._members is not None:
             self._members.start()
+        elif protocol == "vcube-ps":
+            for n in node_ids:
+                others = {o: 0 for o in node_ids if o != n}
+                self._install(n, self._oracle_machine(n, 0, others))
+
+    def _oracle_machine(
+        self, node: int, inc: int, members: dict[int, int], first_seq: int = 0
+    ) -> NodeMachine:
+        """A machine for the oracle mode: no detector, membership from the
+        oracle's notices alone, no history (nobody resumes without a detector)."""
+
+        def make_core(incarnation: int) -> VCubePS:
+            return cast(VCubePS, self._make(node, self.config, incarnation))
+
+        return NodeMachine(
+            node,
+            inc,
+            make_core,
+            overlay=self._oracle_overlay,
+            members=members,
+            recovery=RecoveryConfig(history=HistoryLimits(count=0)),
+            first_seq=first_seq,
+            packets_admit=False,
+        )
+
+    def _oracle_overlay(self, members: frozenset[int], version: int) -> Hypercube:
+        """One overlay per member set, shared by the machines that agree."""
+        got = self._overlays.get(members)
+        if got is None:
+            got = self._overlays[members] = Hypercube(members)
+        return got
+
+    def _install(self, node: int, machine: NodeMachine) -> None:
+        self.machines[node] = machine
+        self.nodes[node] = machine.core
 
     def _make(self, node: int, config: PubSubConfig | None, incarnation: int = 0) -> Core:
         rng = random.Random(f"{self.seed}/{node}")
@@ -358,11 +397,12 @@ class Simulation:
                 self.recorder.preset(n, topic)
             return
         shared = preset_view(subs)
-        for core in self.nodes.values():
-            core.preset_subscription(topic, subs, shared=shared)  # type: ignore[attr-defined]
-        for n in subs:
-            if n in self.machines:
-                self.machines[n].topics.add(topic)  # replayed after a reincarnation
+        for n, core in self.nodes.items():
+            machine = self.machines.get(n)
+            if machine is not None:
+                machine.preset_subscription(topic, subs, shared)
+            else:
+                core.preset_subscription(topic, subs, shared=shared)  # type: ignore[attr-defined]
         for n in subs:
             self.recorder.preset(n, topic)
 
@@ -700,7 +740,14 @@ class Simulation:
         self.recorder.arrived(dest, packet, sender, done)
         machine = self.machines.get(dest)
         if machine is not None:
-            self._machine_receive(machine, sender, dest, packet, done)
+            if self._members is not None:
+                self._machine_receive(machine, sender, dest, packet, done)
+                return
+            got = machine.receive(sender, packets_body(packet), done)
+            if got and type(got[-1]) is Refused:  # simulated peers are honest: a bug
+                raise RemoteProtocolError(got[-1].reason)
+            self._emit(dest, done, done, cast(list[Output], got))
+            self.recorder.pending_max[dest] = machine.core.pending_max
             return
         core = self.nodes[dest]
         parts = packet.parts
@@ -759,7 +806,7 @@ class Simulation:
         elif self._members is not None:
             self._members.restart(node, keep=action == "RESTART")
         else:
-            self._restart(node, keep=action == "RESTART")
+            self._oracle_restart(node, keep=action == "RESTART")
         # A frame queued to or from the old incarnation is lost with it: later
         # parts must not ride in it (see _ship).
         for link in [k for k in self._last_frame if node in k]:
@@ -774,8 +821,8 @@ class Simulation:
                 self._push(self.now + delay, self._NOTIFY, (other, node, inc, crash))
 
     def _frontier(self, node: int) -> Frontier:
-        """``node``'s ordinals and delivery frontier: its machine's, or (oracle
-        membership, no machine) one per process of the engine's own."""
+        """``node``'s ordinals and delivery frontier: its machine's, or (a protocol
+        without machines) one per process of the engine's own."""
         machine = self.machines.get(node)
         if machine is not None:
             return machine.frontier
@@ -784,40 +831,28 @@ class Simulation:
             frontier = self._frontiers[node] = Frontier(self.incarnation[node])
         return frontier
 
-    def _restart(self, node: int, *, keep: bool = False) -> None:
-        kept = self._frontiers.pop(node, None)  # a new process: a new epoch
-        old = cast(VCubePS, self.nodes[node])
+    def _oracle_restart(self, node: int, *, keep: bool = False) -> None:
+        """RECOVER (or RESTART, ``keep``: its frontier kept) in the oracle mode: a
+        new process, whose detector tells it at once who is down and the
+        current incarnation of who came back (so their older lives are dead)."""
+        old = self.machines[node]
         self.down.discard(node)
         inc = self.incarnation[node] = self.incarnation[node] + 1
-        if keep and kept is not None:  # what its node directory kept
-            self._frontier(node).restore(kept.frontiers())
-        core = cast(VCubePS, self._make(node, self.config, inc))
-        core.first_seq(old.next_seq)
-        self.nodes[node] = core
-        # What a restarted node's detector tells it at once: who is down, and the
-        # current incarnation of who came back (so their older lives are dead).
-        back = [n for n in self.ids if n != node and n not in self.down and self.incarnation[n]]
-        self._known[node] = {n: (self.incarnation[n], 1) for n in self.down}
-        self._known[node].update((n, (self.incarnation[n], 0)) for n in back)
-        core.set_overlay(self._overlay_for(node))
+        up = {n: self.incarnation[n] for n in self.ids if n != node and n not in self.down}
+        m = self._oracle_machine(node, inc, up, first_seq=old.core.next_seq)
+        if keep:  # what its node directory kept
+            m.restore_frontier(old.frontier.frontiers())
         for n in self.down:
-            core.crashed(n, self.incarnation[n], self.now)  # nothing to repair yet
-        for n in back:
-            core.joined(n, self.incarnation[n], self.now)  # nothing subscribed to announce
+            m.crashed(n, self.incarnation[n], self.now)  # nothing to repair yet
+        for n, i in up.items():
+            if i:
+                m.recovered(n, i, self.now)  # nothing subscribed to announce
+        self._install(node, m)
         self.clocks[node].cpu_free = max(self.clocks[node].cpu_free, self.now)
-
-    def _overlay_for(self, node: int) -> Hypercube:
-        dead = frozenset(n for n, (_, c) in self._known[node].items() if c)
-        got = self._overlays.get(dead)
-        if got is None:
-            got = self._overlays[dead] = Hypercube(set(self.ids) - dead)
-        return got
 
     def _notify(self, node: int, about: int, inc: int, crash: bool) -> None:
         """``node``'s failure detector reports ``about`` crashed (or back)."""
-        known = self._known[node]
-        news = (inc, 1 if crash else 0)
-        if node in self.down or known.get(about, (0, 0)) >= news:
+        if node in self.down or self.machines[node].stale(about, inc, crash):
             return
         clock = self.clocks[node]
         start = max(self.now, clock.cpu_free)
@@ -828,20 +863,16 @@ class Simulation:
         self._detected(node, about, inc, crash, start)
 
     def _detected(self, node: int, about: int, inc: int, crash: bool, start: float) -> None:
-        """The core takes the detector's news at ``start``."""
-        known = self._known[node]
-        news = (inc, 1 if crash else 0)
-        if known.get(about, (0, 0)) >= news:
+        """The node's machine takes the oracle's notice at ``start`` (a node back
+        with a new incarnation means the previous one crashed, whether or not
+        that news came first)."""
+        machine = self.machines[node]
+        if machine.stale(about, inc, crash):
             return
-        known[about] = news
-        core = cast(VCubePS, self.nodes[node])
-        core.set_overlay(self._overlay_for(node))
+        out = machine.crashed(about, inc, start) if crash else machine.recovered(about, inc, start)
         clock = self.clocks[node]
-        # A node back with a new incarnation means the previous one crashed,
-        # whether or not that news came first.
-        out = core.crashed(about, inc, start) if crash else core.joined(about, inc, start)
         clock.cpu_free = max(clock.cpu_free, start + self.delays.tpc)
-        self._emit(node, start, start + self.delays.tpc, out)
+        self._emit(node, start, start + self.delays.tpc, cast(list[Output], out))
 
     def _emit(self, node: int, at: float, ready: float, outputs: list[Output]) -> None:
         """Record events at ``at``; queue the packets from ``ready`` on."""
