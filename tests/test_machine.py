@@ -10,7 +10,6 @@ import pytest
 
 import p2p.machine._machine as machine_module
 from p2p._membership import Peer
-from p2p._wire import Leave
 from p2p.machine import (
     ENVELOPE_SIZE,
     MemberDown,
@@ -23,6 +22,7 @@ from p2p.machine import (
     Stalled,
     Superseded,
 )
+from p2p.wire import Leave
 from topics import LocalProtocolError, PubSubConfig, Send, VCubePS
 from vcube import DetectorConfig, Entry, Hypercube, Probe, Push, Reply
 

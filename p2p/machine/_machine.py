@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2p._membership import Peer, RecordGossip, records_digest
-from p2p._wire import Control, Leave, Members, Replay, Resume
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
 from p2p.machine._recovery import Recovery, RecoveryConfig, Release
+from p2p.wire import Control, Leave, Members, Replay, Resume
 from topics import Delivered, LocalProtocolError, Published, VCubePS
 from vcube import (
     Corrected,

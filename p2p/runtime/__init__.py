@@ -4,7 +4,7 @@ The runtime is thin: every protocol decision is the sans-IO core's
 (:class:`topics.VCubePS`).  This package moves bytes and keeps four promises:
 
 * **Every connection is authenticated and every frame sealed** (``p2p._secure``);
-  each frame body is checked by ``p2p._wire`` before a packet reaches the core.
+  each frame body is checked by ``p2p.wire`` before a packet reaches the core.
   A peer that breaks the handshake, a seal, the wire schema or the protocol
   gets a log line naming it and its connection closed; nothing else changes
   (the core rejects a bad packet before changing state).
@@ -39,7 +39,7 @@ joins or restarts (a higher incarnation, ``p2p.runtime._liveness``) is announced
 the core (``VCubePS.joined``).  A node closing cleanly announces its leave.
 
 It drives the sans-IO :class:`p2p.machine.NodeMachine` and imports only
-downwards: ``p2p.machine``, ``p2p._wire``, ``p2p._reliable``, the secure
+downwards: ``p2p.machine``, ``p2p.wire``, ``p2p._reliable``, the secure
 channel (``p2p._identity``, ``p2p._secure``, ``p2p._transport``,
 ``p2p._revocation``, shared with the telemetry collector), ``p2p.telemetry``
 (recording and upload, loaded only when configured) and the pure packages.

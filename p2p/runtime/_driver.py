@@ -22,17 +22,6 @@ from causal import MsgId
 from p2p._errors import IdentityError, IdentityInUseError, SecurityError
 from p2p._membership import records_digest
 from p2p._revocation import RevocationList, load_revocations
-from p2p._wire import (
-    Control,
-    Leave,
-    Members,
-    Replay,
-    Resume,
-    Revoked,
-    WireError,
-    encode_packets,
-    frame,
-)
 from p2p.machine import (
     ENVELOPE_SIZE,
     MemberDown,
@@ -49,6 +38,17 @@ from p2p.machine import (
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, _new_delivery, _unpack_stamp
 from p2p.runtime._link import _NOT_CORE, _Link, _why
 from p2p.runtime._state import _NodeState
+from p2p.wire import (
+    Control,
+    Leave,
+    Members,
+    Replay,
+    Resume,
+    Revoked,
+    WireError,
+    encode_packets,
+    frame,
+)
 from topics import (
     Bundle,
     Delivered,

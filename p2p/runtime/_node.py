@@ -33,7 +33,6 @@ from p2p._identity import Fleet, NodeIdentity, load_node, lock_identity
 from p2p._membership import Peer
 from p2p._revocation import REVOKED_FILE
 from p2p._transport import is_loopback, parse_address, quiet_accept_errors
-from p2p._wire import Leave
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP, MembershipEvent, Subscription
 from p2p.runtime._discovery import Discovery
@@ -44,6 +43,7 @@ from p2p.runtime._frontier_file import (
 )
 from p2p.runtime._liveness import incarnation_of
 from p2p.runtime._serve import _Server
+from p2p.wire import Leave
 from topics import Output, Published
 
 if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetry_dir)

@@ -9,7 +9,7 @@ oldest pending connection whose peer never spoke is evicted, and when every
 pending peer has spoken newcomers wait, queued in the listen backlog, for a
 handshake to end (a connection is refused only when every one is taken by an
 authenticated peer).  Every frame of an authenticated peer
-is checked by ``p2p._wire`` before a packet reaches the core and handled in
+is checked by ``p2p.wire`` before a packet reaches the core and handled in
 arrival order; duplicates after a reconnection are dropped
 (``p2p._reliable``).  A record reaches the machine only verified.
 """
@@ -31,10 +31,10 @@ from p2p._transport import (
     parse_address,
     remote_host,
 )
-from p2p._wire import PeerExchange, WireError, decode_body, encode_packets, frame
 from p2p.runtime._driver import _ONE_OFF_ERRORS, _Driver
 from p2p.runtime._link import EXCHANGE_CHUNK, _why
 from p2p.runtime._state import _Pending
+from p2p.wire import PeerExchange, WireError, decode_body, encode_packets, frame
 from topics import Packet, RemoteProtocolError
 from vcube import RemoteDetectorError
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from p2p._errors import P2PError
 from p2p._membership import Peer
-from p2p._wire import Members
 from p2p.machine import (
     HistoryLimits,
     MachineOutput,
@@ -22,6 +21,7 @@ from p2p.machine import (
     SendExchange,
 )
 from p2p.sim._recorder import summarize
+from p2p.wire import Members
 from topics import Output, VCubePS
 from vcube import Hypercube
 
