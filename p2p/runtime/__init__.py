@@ -64,10 +64,10 @@ Modules, each layer using only those above it in this list:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from p2p._errors import NodeError
+from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from p2p._transport import parse_address
@@ -90,18 +90,7 @@ _LAZY = {
 """Public name -> the private module defining it, imported on first use (PEP 562),
 so importing one name does not load every module of the package."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'p2p.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [
