@@ -22,10 +22,10 @@ directories.  :func:`percentile_of` is the project's one percentile rule
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from p2p._errors import P2PError, ScenarioError, SecurityError
+from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from p2p._stats import percentile_of
@@ -56,18 +56,7 @@ _LAZY = {
     "percentile_of": "p2p._stats",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'p2p' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

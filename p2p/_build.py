@@ -48,7 +48,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     "vcube._topology",
     "vcube._timing",
     "p2p._reliable",
-    "p2p._wire",
+    "p2p.wire._limits",
+    "p2p.wire._cbor",
+    "p2p.wire._control",
+    "p2p.wire._encode",
+    "p2p.wire._decode",
+    "p2p.wire._reader",
 )
 """The modules ``make compiled`` compiles.  Left out: package ``__init__`` files
 (their lazy re-exports), ``topics._events`` (the simulator sends the causal

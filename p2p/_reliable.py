@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import cbor2
 
-from p2p._wire import WireError
+from p2p.wire import WireError
 
 __all__ = ["ACK_EVERY", "Hello", "ReceiveLog", "SendLog", "decode_ack", "encode_ack"]
 

@@ -21,7 +21,7 @@ from p2p._errors import NodeError, SecurityError
 from p2p._identity import Fleet, NodeIdentity
 from p2p._membership import Peer
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, verify_record
-from p2p._wire import FrameReader, WireLimits, frame
+from p2p.wire import FrameReader, WireLimits, frame
 
 __all__ = [
     "Messages",

@@ -61,7 +61,7 @@ def test_the_build_loads_from_any_working_directory(tmp_path: Path) -> None:
     """A console script starts with its own directory on ``sys.path``, not the
     checkout: every compiled module, and mypyc's runtime for it, must load
     from there (a single shared library at the checkout's root did not)."""
-    code = "import topics._core, causal._buffer, p2p._wire, p2p._build as b; print(b.build_kind())"
+    code = "import topics._core, causal._buffer, p2p.wire, p2p._build as b; print(b.build_kind())"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
     )

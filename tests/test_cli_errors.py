@@ -17,7 +17,7 @@ from _cli import P2P, as_from_a_terminal, assert_one_error_line, in_log, make_fl
 from _cli import stop as stop_process
 
 from p2p._errors import CommandError, P2PError
-from p2p.cli._shutdown import run_cli
+from p2p._shutdown import run_cli
 
 
 def _run(

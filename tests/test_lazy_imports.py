@@ -83,4 +83,15 @@ def test_open_node_loads_only_what_a_node_needs() -> None:
 def test_import_p2p_loads_no_runtime() -> None:
     loaded = _loaded_after("import p2p")
     assert "trio" not in loaded
-    assert not any(m.startswith(("p2p.runtime", "topics", "causal", "vcube")) for m in loaded)
+    below = {m for m in loaded if m.startswith(("p2p.runtime", "topics", "causal", "vcube"))}
+    assert below <= {"vcube", "vcube._lazy"}, sorted(below)  # the lazy-export helper only
+
+
+def test_the_lazy_export_helper_loads_nothing() -> None:
+    """Every package's ``__init__`` takes its ``__getattr__`` from ``vcube._lazy``
+    (the lowest package): loading it loads no module of the project besides it."""
+    loaded = _loaded_after("import vcube._lazy")
+    assert {m for m in loaded if m.startswith(("p2p", "topics", "causal", "vcube"))} == {
+        "vcube",
+        "vcube._lazy",
+    }

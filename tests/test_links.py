@@ -17,8 +17,8 @@ import trio
 from test_node_failures import Cluster, _collect, _fleet, _start, _until
 
 from p2p._reliable import Hello, ReceiveLog, SendLog, decode_ack, encode_ack
-from p2p._wire import WireError, encode_packets
 from p2p.runtime import Delivery
+from p2p.wire import WireError, encode_packets
 
 
 def test_send_log_keeps_frames_until_confirmed() -> None:

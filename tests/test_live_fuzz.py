@@ -78,7 +78,10 @@ from p2p._identity import (
 from p2p._membership import Peer
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, sign_record, verify_record
 from p2p._transport import _RESPONDER_READS
-from p2p._wire import (
+from p2p.runtime import Delivery, Node, NodeConfig, open_node
+from p2p.runtime._config import TraceHook
+from p2p.sim import TraceEvent, check_trace, format_violations
+from p2p.wire import (
     FrameReader,
     PeerExchange,
     WireError,
@@ -87,9 +90,6 @@ from p2p._wire import (
     encode_packets,
     frame,
 )
-from p2p.runtime import Delivery, Node, NodeConfig, open_node
-from p2p.runtime._config import TraceHook
-from p2p.sim import TraceEvent, check_trace, format_violations
 from topics import (
     Ack,
     Bound,

@@ -11,7 +11,6 @@ import pytest
 
 import p2p.machine._machine as machine_module
 from p2p._membership import Peer
-from p2p._wire import Body, Control, Leave, PeerExchange
 from p2p.machine import (
     ENVELOPE_SIZE,
     MemberDown,
@@ -24,6 +23,7 @@ from p2p.machine import (
     Stalled,
     Superseded,
 )
+from p2p.wire import Body, Control, Leave, PeerExchange
 from topics import Bundle, LocalProtocolError, PubSubConfig, Send, VCubePS
 from vcube import DetectorConfig, Entry, Hypercube, Probe, Push, Reply
 

@@ -21,7 +21,6 @@ from p2p._errors import SecurityError
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p._membership import Peer
 from p2p._secure import sign_record
-from p2p._wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
 from p2p.machine import ENVELOPE_SIZE
 from p2p.runtime import (
     Delivery,
@@ -37,6 +36,7 @@ from p2p.runtime._delivery import _STAMP, DELIVERY_BATCH, _new_delivery
 from p2p.runtime._link import _Link
 from p2p.sim import TraceEvent, check_trace, format_violations
 from p2p.telemetry import bucket
+from p2p.wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
 from topics import Delivered, PubMessage, PubRound, Received, RoundId
 
 

@@ -20,9 +20,9 @@ import trio
 
 from p2p._identity import Fleet, NodeIdentity, add_node, init_fleet, load_node
 from p2p._secure import SecureSession
-from p2p._wire import encode_packets, frame
 from p2p.runtime import Delivery, MembershipEvent, Node, NodeConfig, NodeError, open_node
 from p2p.sim import TraceEvent, check_trace, format_violations
+from p2p.wire import encode_packets, frame
 
 INTERVAL = 0.2
 DETECT_BOUND = 10.0

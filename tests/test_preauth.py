@@ -23,7 +23,7 @@ from test_system_netns import Role, make_fleet
 
 from bench._preauth import free_port, measure
 from p2p._secure import MAX_HANDSHAKE_SIZE
-from p2p._wire import FrameReader, WireError, WireLimits
+from p2p.wire import FrameReader, WireError, WireLimits
 
 JUNK = 400
 FRAME = 1 << 20

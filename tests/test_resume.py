@@ -17,17 +17,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from causal import MsgId
-from p2p._wire import (
-    MAX_REPLAY_DEPS,
-    MAX_REPLAY_ENTRIES,
-    MAX_REPLAY_PARTS,
-    Replay,
-    Resume,
-    WireError,
-    WireLimits,
-    decode_body,
-    encode_packets,
-)
 from p2p.machine import (
     ANSWER_BURST,
     HELD,
@@ -38,6 +27,17 @@ from p2p.machine import (
     RecoveryConfig,
     Release,
     envelope_of,
+)
+from p2p.wire import (
+    MAX_REPLAY_DEPS,
+    MAX_REPLAY_ENTRIES,
+    MAX_REPLAY_PARTS,
+    Replay,
+    Resume,
+    WireError,
+    WireLimits,
+    decode_body,
+    encode_packets,
 )
 from topics import Delivered
 

@@ -1,4 +1,4 @@
-"""The wire format (``p2p/_wire.py``): round trips, strict rejection, de-framing, fuzzing.
+"""The wire format (``p2p/wire/``): round trips, strict rejection, de-framing, fuzzing.
 
 Round trips are Hypothesis properties over every packet type (sparse 64-bit
 ids, empty and maximal fields, bundles).  Each rule of the schema has a
@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 from causal import MsgId
 from p2p._build import build_kind
 from p2p._errors import P2PError
-from p2p._wire import (
-    _ENCODED,
+from p2p.wire import (
     COUNTER_LIMIT,
     NODE_LIMIT,
     PROTOCOL_VERSION,
@@ -35,8 +34,6 @@ from p2p._wire import (
     Revoked,
     WireError,
     WireLimits,
-    _decode_direct,
-    _decode_tree,
     decode_body,
     decode_frame,
     decode_packets,
@@ -44,6 +41,8 @@ from p2p._wire import (
     frame,
     uint_size,
 )
+from p2p.wire._decode import _decode_direct, _decode_tree
+from p2p.wire._encode import _ENCODED
 from topics import (
     Ack,
     Bound,

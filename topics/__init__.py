@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from topics._config import PubSubConfig
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         wire_size,
     )
     from topics._srpt import SRPTNode
+    from topics._state import PresetView, preset_view
 
 _LAZY = {
     "Ack": "topics._messages",
@@ -59,6 +61,7 @@ _LAZY = {
     "Packet": "topics._messages",
     "PubMessage": "topics._messages",
     "PubRound": "topics._messages",
+    "PresetView": "topics._state",
     "PubSubConfig": "topics._config",
     "Published": "topics._events",
     "Received": "topics._events",
@@ -73,23 +76,13 @@ _LAZY = {
     "Uns": "topics._messages",
     "VCubePS": "topics._core",
     "ViewEntry": "topics._messages",
+    "preset_view": "topics._state",
     "wire_size": "topics._messages",
 }
 """Public name -> the private module defining it, imported on first use (PEP 562),
 so importing one name does not load every module of the package."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'topics' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [
@@ -106,6 +99,7 @@ __all__ = [
     "NotSubscribedError",
     "Output",
     "Packet",
+    "PresetView",
     "PubMessage",
     "PubRound",
     "PubSubConfig",
@@ -122,5 +116,6 @@ __all__ = [
     "Uns",
     "VCubePS",
     "ViewEntry",
+    "preset_view",
     "wire_size",
 ]

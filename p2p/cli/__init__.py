@@ -8,11 +8,11 @@ on stderr and an exit status, never a traceback.
 """
 
 from p2p._cliargs import finite
+from p2p._shutdown import INTERRUPTED, Shutdown, explain, graceful, run_cli
 from p2p.cli._main import build_parser, main
 from p2p.cli._nodecli import _common as add_node_options
 from p2p.cli._nodecli import _config as node_config
 from p2p.cli._nodecli import check_listen
-from p2p.cli._shutdown import INTERRUPTED, Shutdown, explain, graceful, run_cli
 
 __all__ = [
     "INTERRUPTED",

@@ -16,9 +16,9 @@ from p2p._cliargs import check_output, finite, path_arg
 from p2p._errors import P2PError
 from p2p._identity import DEFAULT_VALID_DAYS, add_node, init_fleet, load_node
 from p2p._revocation import REVOKED_FILE
+from p2p._shutdown import run_cli
 from p2p.cli._nodecli import add_parser as add_node_parser
 from p2p.cli._nodecli import cmd_node, cmd_pub, cmd_status, cmd_sub
-from p2p.cli._shutdown import run_cli
 from p2p.sim import (
     AGGREGATION,
     DETECTOR,

@@ -44,9 +44,9 @@ from p2p._cliargs import finite, path_arg
 from p2p._errors import CommandError, P2PError
 from p2p._identity import Fleet, load_node
 from p2p._membership import Peer
+from p2p._shutdown import Shutdown, graceful
 from p2p._transport import parse_address, verified_peer
 from p2p.cli._budget import print_stats
-from p2p.cli._shutdown import Shutdown, graceful
 from p2p.runtime import Delivery, Node, NodeConfig, Subscription, open_node
 from p2p.runtime._discovery import SERVICE_TYPE, Discovery
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from p2p._membership import Peer, RecordGossip, records_digest
-from p2p._wire import Members, Revoked
 from p2p.machine._outputs import (
     Out,
     RevocationsAdopted,
@@ -22,6 +21,7 @@ from p2p.machine._outputs import (
     VerifyRevocations,
 )
 from p2p.machine._seeds import Seeds
+from p2p.wire import Members, Revoked
 from topics import VCubePS
 from vcube import Detector
 

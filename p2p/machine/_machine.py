@@ -35,7 +35,6 @@ from typing import Any, cast
 from causal import MsgId
 from p2p._errors import SecurityError
 from p2p._membership import Peer, RecordGossip
-from p2p._wire import Body, Control, Leave, Members, Replay, Resume, Revoked
 from p2p.machine._fleet import _Fleet
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
 from p2p.machine._outputs import (
@@ -56,14 +55,15 @@ from p2p.machine._outputs import (
 )
 from p2p.machine._recovery import Recovery, RecoveryConfig, Release
 from p2p.machine._seeds import Seeds
+from p2p.wire import Body, Control, Leave, Members, Replay, Resume, Revoked
 from topics import (
     Delivered,
     LocalProtocolError,
+    PresetView,
     Published,
     RemoteProtocolError,
     VCubePS,
 )
-from topics._state import PresetView
 from vcube import (
     Corrected,
     Detector,

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from p2p._membership import Peer
-from p2p._wire import Control
 from p2p.machine._recovery import Release
 from p2p.machine._seeds import ExchangeWithSeed, LeaveSeed
+from p2p.wire import Control
 from topics import Output
 
 

@@ -4,9 +4,9 @@ A subscriber's frontier (:mod:`p2p.machine._frontier`) says, per topic and
 source, the ordinal it delivered last.  When it has fallen behind a source
 that is a member (a delivery past the next ordinal, or the source back in
 its view after a partition or a restart of either), it sends that source a
-:class:`~p2p._wire.Resume` and *holds* the topic: every delivery on it
+:class:`~p2p.wire.Resume` and *holds* the topic: every delivery on it
 waits, in arrival order, until each source asked has answered with
-:class:`~p2p._wire.Replay` packets from its history
+:class:`~p2p.wire.Replay` packets from its history
 (:mod:`p2p.machine._history`), left the view, or not answered within
 :attr:`RecoveryConfig.timeout` twice (asked once more after the first).
 The recovered publications and the held ones are then handed on, merged in
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from causal import MsgId
-from p2p._wire import MAX_REPLAY_DEPS, MAX_REPLAY_ENTRIES, Replay, ReplayEntry, Resume
 from p2p.machine._frontier import ENVELOPE_SIZE, GAP, SKIP, Frontier, envelope_of
 from p2p.machine._history import Deps, History, HistoryLimits
+from p2p.wire import MAX_REPLAY_DEPS, MAX_REPLAY_ENTRIES, Replay, ReplayEntry, Resume
 from topics import Delivered
 
 __all__ = ["HELD", "Recovery", "RecoveryConfig", "Release"]

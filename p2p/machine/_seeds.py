@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from p2p._wire import Leave
+from p2p.wire import Leave
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ The runtime is thin: every protocol decision is the sans-IO core's
 (:class:`topics.VCubePS`).  This package moves bytes and keeps four promises:
 
 * **Every connection is authenticated and every frame sealed** (``p2p._secure``);
-  each frame body is checked by ``p2p._wire`` before a packet reaches the core.
+  each frame body is checked by ``p2p.wire`` before a packet reaches the core.
   A peer that breaks the handshake, a seal, the wire schema or the protocol
   gets a log line naming it and its connection closed; nothing else changes
   (the core rejects a bad packet before changing state).
@@ -39,7 +39,7 @@ joins or restarts (a higher incarnation, ``p2p.runtime._liveness``) is announced
 the core (``VCubePS.joined``).  A node closing cleanly announces its leave.
 
 It drives the sans-IO :class:`p2p.machine.NodeMachine` and imports only
-downwards: ``p2p.machine``, ``p2p._wire``, ``p2p._reliable``, the secure
+downwards: ``p2p.machine``, ``p2p.wire``, ``p2p._reliable``, the secure
 channel (``p2p._identity``, ``p2p._secure``, ``p2p._transport``,
 ``p2p._revocation``, shared with the telemetry collector), ``p2p.telemetry``
 (recording and upload, loaded only when configured) and the pure packages.
@@ -64,10 +64,10 @@ Modules, each layer using only those above it in this list:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from p2p._errors import NodeError
+from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from p2p._transport import parse_address
@@ -90,18 +90,7 @@ _LAZY = {
 """Public name -> the private module defining it, imported on first use (PEP 562),
 so importing one name does not load every module of the package."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'p2p.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -25,15 +25,6 @@ import trio
 from p2p._errors import IdentityError, IdentityInUseError, SecurityError
 from p2p._revocation import load_revocations
 from p2p._transport import parse_address
-from p2p._wire import (
-    Control,
-    PeerExchange,
-    Replay,
-    Resume,
-    WireError,
-    encode_packets,
-    frame,
-)
 from p2p.machine import (
     ENVELOPE_SIZE,
     ExchangeWithSeed,
@@ -55,6 +46,15 @@ from p2p.machine import (
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, _new_delivery, _unpack_stamp
 from p2p.runtime._link import _NOT_CORE, EXCHANGE_CHUNK, _Link, _why
 from p2p.runtime._state import _NodeState
+from p2p.wire import (
+    Control,
+    PeerExchange,
+    Replay,
+    Resume,
+    WireError,
+    encode_packets,
+    frame,
+)
 from topics import (
     Bundle,
     Delivered,

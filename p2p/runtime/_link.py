@@ -28,7 +28,9 @@ from p2p._membership import Peer
 from p2p._reliable import SendLog, decode_ack
 from p2p._secure import SecureSession
 from p2p._transport import Quiet
-from p2p._wire import (
+from p2p.runtime._config import NodeConfig
+from p2p.runtime._liveness import incarnation_of
+from p2p.wire import (
     Control,
     FrameReader,
     PeerExchange,
@@ -38,8 +40,6 @@ from p2p._wire import (
     frame,
     uint_size,
 )
-from p2p.runtime._config import NodeConfig
-from p2p.runtime._liveness import incarnation_of
 from topics import Packet
 from vcube import Detector
 
@@ -91,7 +91,7 @@ class _Link:
         self.control_bytes = 0
         """Bytes of control packets in the frame :meth:`_take` returned last."""
         self.alive_bytes = 0
-        """Bytes of its piggybacked detector version (*alive*, ``p2p._wire``)."""
+        """Bytes of its piggybacked detector version (*alive*, ``p2p.wire``)."""
         self.log = SendLog(secrets.randbits(63) | 1, limit=node.config.unconfirmed_limit)
         """Frames sent and not yet confirmed by the peer (``p2p._reliable``)."""
         self.confirmed = False

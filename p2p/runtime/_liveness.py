@@ -28,7 +28,7 @@ import time
 import cbor2
 
 from p2p._membership import Peer
-from p2p._wire import COUNTER_LIMIT
+from p2p.wire import COUNTER_LIMIT
 from vcube import DetectorConfig
 
 INC_FIELD = "inc"

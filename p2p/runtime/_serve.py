@@ -9,7 +9,7 @@ oldest pending connection whose peer never spoke is evicted, and when every
 pending peer has spoken newcomers wait, queued in the listen backlog, for a
 handshake to end (a connection is refused only when every one is taken by an
 authenticated peer).  Every frame of an authenticated peer
-is checked by ``p2p._wire`` before a packet reaches the core and handled in
+is checked by ``p2p.wire`` before a packet reaches the core and handled in
 arrival order; duplicates after a reconnection are dropped
 (``p2p._reliable``).  A record reaches the machine only verified.
 """
@@ -30,7 +30,11 @@ from p2p._transport import (
     is_loopback,
     remote_host,
 )
-from p2p._wire import (
+from p2p.machine import Refused
+from p2p.runtime._driver import _Driver
+from p2p.runtime._link import _why
+from p2p.runtime._state import _Pending
+from p2p.wire import (
     Body,
     Replay,
     Resume,
@@ -38,10 +42,6 @@ from p2p._wire import (
     decode_body,
     frame,
 )
-from p2p.machine import Refused
-from p2p.runtime._driver import _Driver
-from p2p.runtime._link import _why
-from p2p.runtime._state import _Pending
 from topics import RemoteProtocolError
 from vcube import RemoteDetectorError
 

@@ -29,7 +29,6 @@ from p2p._reliable import ReceiveLog
 from p2p._revocation import RevocationList
 from p2p._secure import SecureSession, sign_record
 from p2p._transport import Quiet, dial_secure, fd_budget, verified_peer
-from p2p._wire import WireLimits
 from p2p.machine import ENVELOPE_SIZE, HistoryLimits, LeaveSeed, NodeMachine, RecoveryConfig
 from p2p.runtime._config import NodeConfig, TraceHook
 from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, Subscription
@@ -42,6 +41,7 @@ from p2p.runtime._liveness import (
     new_incarnation,
     next_incarnation,
 )
+from p2p.wire import WireLimits
 from topics import VCubePS
 from vcube import Detector, Hypercube
 

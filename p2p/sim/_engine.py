@@ -23,7 +23,6 @@ from typing import Any, Protocol, cast
 
 from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
-from p2p._wire import WireLimits, decode_body, encode_packets
 from p2p.machine import (
     Frontier,
     HistoryLimits,
@@ -50,6 +49,7 @@ from p2p.sim._queue import Entry, EventQueue
 from p2p.sim._recorder import Recorder
 from p2p.sim._scenario import ACTIONS
 from p2p.sim._twin import Twins
+from p2p.wire import WireLimits, decode_body, encode_packets
 from topics import (
     Bundle,
     Delivered,
@@ -68,8 +68,8 @@ from topics import (
     SRPTNode,
     Subscribed,
     VCubePS,
+    preset_view,
 )
-from topics._state import preset_view
 from vcube import DetectorConfig, Hypercube
 
 PROTOCOLS = ("vcube-ps", "srpt", "causal-broadcast")
@@ -248,8 +248,8 @@ class Simulation:
         ``publish`` lines carry the publisher's view (see ``p2p.sim._checks``)."""
         self.wire = WireLimits() if wire else None
         """With ``wire``: every core packet is encoded and decoded by the runtime's
-        codec (``p2p._wire``) on its way, so a packet the runtime could not send
-        is found here (:class:`~p2p._wire.WireError` raised), and receivers get
+        codec (``p2p.wire``) on its way, so a packet the runtime could not send
+        is found here (:class:`~p2p.wire.WireError` raised), and receivers get
         what the runtime's would."""
         self._links: Links | None = None
         """The runtime's reliable links, from the first RESET scheduled on (``p2p.sim._links``)."""

@@ -21,8 +21,8 @@ from causal import (
     PacketLimits,
     Transmit,
 )
-from p2p._wire import Body, Control, PeerExchange
 from p2p.machine import ExchangeWithSeed, SendExchange
+from p2p.wire import Body, Control, PeerExchange
 from topics import (
     Bundle,
     Delivered,

@@ -103,7 +103,7 @@ def _collect(args: argparse.Namespace) -> int:
     import trio
 
     from p2p._identity import load_node
-    from p2p.cli._shutdown import graceful
+    from p2p._shutdown import graceful
     from p2p.telemetry._collector import run_collector
 
     if not 0 <= args.port < 65536:
@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(argv)
-    from p2p.cli._shutdown import run_cli
+    from p2p._shutdown import run_cli
 
     return run_cli(lambda: cmd_telemetry(args))
 

@@ -48,9 +48,9 @@ from p2p._errors import P2PError, SecurityError
 from p2p._identity import Fleet, NodeIdentity
 from p2p._secure import SecureSession
 from p2p._transport import accept_secure, dial_secure, parse_address
-from p2p._wire import WireError, frame
 from p2p.telemetry._recorder import Spool
 from p2p.telemetry._schema import TelemetryError, iter_items
+from p2p.wire import WireError, frame
 
 log = logging.getLogger("p2p.telemetry")
 

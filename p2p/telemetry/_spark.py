@@ -148,13 +148,21 @@ def _local_jvm(master: str) -> dict[str, str]:
 def executor_bundle(folder: Path) -> Path:
     """``folder/p2p_executor.zip``: what executors import (``p2p.telemetry``, the
     ``p2p`` modules it imports: the package root, its errors and the percentile
-    rule, and the installed cbor2 package with its compiled extension)."""
+    rule, the lazy-export helper the root takes from ``vcube`` (``vcube/__init__``
+    and ``vcube/_lazy``, which load nothing else), and the installed cbor2
+    package with its compiled extension)."""
     import cbor2
 
     root = Path(__file__).resolve().parents[2]
     target = folder / f"{BUNDLE}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for rel in ("p2p/__init__.py", "p2p/_errors.py", "p2p/_stats.py"):
+        for rel in (
+            "p2p/__init__.py",
+            "p2p/_errors.py",
+            "p2p/_stats.py",
+            "vcube/__init__.py",
+            "vcube/_lazy.py",
+        ):
             zf.write(root / rel, rel)
         for py in sorted((root / "p2p" / "telemetry").glob("*.py")):
             zf.write(py, f"p2p/telemetry/{py.name}")

@@ -17,6 +17,9 @@ normal end (LEAVE to every member, queued frames drained) and its peers see a
 graceful leave, not a suspicion.  A second signal while leaving abandons the
 leave and ends the process at once (a leave can wait on a thread, e.g.
 zeroconf's, that no cancellation reaches).
+
+It sits below the commands that use it (``p2p.cli``, ``p2p.telemetry``'s
+collector, the examples) and imports neither of them.
 """
 
 from __future__ import annotations
