@@ -35,6 +35,7 @@ from typing import Any, cast
 from causal import MsgId
 from p2p._errors import SecurityError
 from p2p._membership import Peer, RecordGossip
+from p2p._reliable import Hello, ReceiveLog
 from p2p.machine._fleet import _Fleet
 from p2p.machine._frontier import ENVELOPE_SIZE, Frontier
 from p2p.machine._outputs import (
@@ -176,6 +177,9 @@ class NodeMachine(_Fleet):
         self.recovery = Recovery(node_id, self.frontier, recovery or RecoveryConfig())
         """This node's history as a publisher and its resumes as a subscriber
         (with a detector only: without one nobody leaves the view to come back)."""
+        self.frames = ReceiveLog()
+        """Per peer, the link and the last frame number handled: a frame sent again
+        after a reconnection is dropped (:meth:`frame_fresh`)."""
         self._pending: Out = []
         """Outputs of :meth:`hand` (a RESUME), for :meth:`take_pending`."""
         self.records_learned = 0
@@ -303,6 +307,17 @@ class NodeMachine(_Fleet):
             if type(o) is Release and o.recovered:
                 out += self.core.recovered(o.delivery.topic, o.delivery.id)
         return out
+
+    def link_opened(self, peer: int, hello: Hello) -> None:
+        """A connection from ``peer`` opened with ``hello`` (per-link reliability,
+        ``p2p._reliable``): a new link starts afresh before ``hello.first``."""
+        self.frames.opened(peer, hello)
+
+    def frame_fresh(self, peer: int, link: int, lseq: int) -> bool:
+        """Whether frame ``lseq`` of ``peer``'s ``link`` is new (then it counts as
+        handled, and goes to :meth:`receive`); one sent again after a
+        reconnection is not."""
+        return self.frames.fresh(peer, link, lseq)
 
     def receive(self, peer: int, body: Body, now: float) -> Out:
         """A decoded frame from ``peer`` (authenticated by the driver): the one door
@@ -617,6 +632,8 @@ class NodeMachine(_Fleet):
         if was_up:
             self.alive.discard(node)
             self._overlay_changed()
+        if was_up:  # only the life its frame numbers belong to: a newer one's link keeps them
+            self.frames.forget(node)
         out: Out = [MemberDown(node, inc, reason, was_up)]
         out += self.core.crashed(node, inc, now)
         if was_up:

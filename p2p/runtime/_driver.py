@@ -261,7 +261,6 @@ class _Driver(_NodeState):
             # Only for the life the frame numbers belong to: a verdict on an
             # older life, arriving after the newer one's link began, must not
             # erase them (a resend after a reset would then pass twice).
-            self._received.forget(o.node)
             self._drop_link(o.node)
             self._membership_changed(MembershipEvent("left", o.node, o.incarnation, o.reason))
 

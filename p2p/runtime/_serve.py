@@ -260,7 +260,7 @@ class _Server(_Driver):
                 return
             if link:
                 lseq += 1
-                if not self._received.fresh(peer, link, lseq):
+                if not machine.frame_fresh(peer, link, lseq):
                     stats["frames_duplicate"] += 1
                     if not messages.ready:
                         await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
@@ -326,5 +326,5 @@ class _Server(_Driver):
         hello = Hello.parse(plain)
         if hello is None:
             return 0, 0, plain
-        self._received.opened(session.peer_id, hello)
+        self.machine.link_opened(session.peer_id, hello)
         return hello.link, hello.first - 1, None

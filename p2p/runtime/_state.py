@@ -25,7 +25,6 @@ from causal import MsgId
 from p2p._errors import NodeError, SecurityError
 from p2p._identity import Fleet, NodeIdentity
 from p2p._membership import Peer
-from p2p._reliable import ReceiveLog
 from p2p._revocation import RevocationList
 from p2p._secure import SecureSession, sign_record
 from p2p._transport import Quiet, dial_secure, fd_budget, verified_peer
@@ -148,7 +147,6 @@ class _NodeState:
         """Set when a handshake ends: the accept loop waits on it while full."""
         self._tickets = 0
         self._max_connections = min(config.max_connections, fd_budget())
-        self._received = ReceiveLog()
         self._revoked = self.machine.revoked
         """Node ids the fleet revoked: refused at the handshake, in exchanges, on open links."""
         self._revocation_file: Path | None = None

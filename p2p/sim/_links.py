@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from p2p._reliable import ReceiveLog, SendLog
+from p2p._reliable import SendLog
 from p2p.sim._frames import Frame
 
 if TYPE_CHECKING:
@@ -108,8 +108,8 @@ class Links:
         self.cfg = config or LinkConfig()
         self.rng = random.Random(f"{sim.seed}/links")
         self.out: dict[tuple[int, int], _Link] = {}
-        self.inbox: dict[int, ReceiveLog] = {}
-        """Per receiving process (a crash ends it): the runtime's receive log."""
+        """``(sender, receiver) -> link``: the sender's end, its send log
+        (each receiver's receive log is its machine's)."""
         self.opened: dict[tuple[int, int], int] = {}
         """``(receiver, sender) -> connection`` whose hello the receiver read last."""
         self._serial = 0
@@ -310,11 +310,11 @@ class Links:
             if sim._members is not None:
                 sim._members.refused(src, dst, life)
             return
-        rlog = self.inbox.setdefault(dst, ReceiveLog())
+        machine = sim.machines[dst]
         if self.opened.get((dst, src)) != conn and lk.hello is not None:
             self.opened[(dst, src)] = conn
-            rlog.opened(src, lk.hello)
-        if not rlog.fresh(src, lk.log.link, lseq):
+            machine.link_opened(src, lk.hello)
+        if not machine.frame_fresh(src, lk.log.link, lseq):
             self.counts["frames_duplicate"] += 1
             self._ack(lk, src, dst, conn, lseq, sim.now)
             return
@@ -331,10 +331,10 @@ class Links:
     # ------------------------------------------------------------- lives --
 
     def crashed(self, node: int) -> None:
-        """``node``'s process ended: its links and receive log with it."""
+        """``node``'s process ended: its links with it (its receive log is its
+        machine's, replaced by the next process)."""
         for key in [k for k in self.out if k[0] == node]:
             del self.out[key]
-        self.inbox.pop(node, None)
         for key in [k for k in self.opened if k[0] == node]:
             del self.opened[key]
 
@@ -348,8 +348,8 @@ class Links:
 
     def dropped(self, observer: int, node: int, incarnation: int) -> None:
         """``node`` up to ``incarnation`` left ``observer``'s view: the link to it
-        is dropped (what it held is lost) and its frame numbers forgotten, as
-        the runtime does, unless the link already carries a newer life (the
+        is dropped (what it held is lost; its machine forgot its frame
+        numbers), as the runtime does, unless the link already carries a newer life (the
         engine addresses the current life before the machine learns of it: a
         verdict on the old one must not cut what goes to the new one)."""
         lk = self.out.get((observer, node))
@@ -357,9 +357,6 @@ class Links:
             del self.out[(observer, node)]
             self._settle(lk)
             self.counts["lost_on_disconnect"] += lk.log.discard()
-        rlog = self.inbox.get(observer)
-        if rlog is not None:
-            rlog.forget(node)  # its next frame starts afresh (the runtime's _member_down)
 
     def metrics(self) -> dict[str, Any]:
         return dict(self.counts)
