@@ -17,13 +17,14 @@ ROOT = Path(p2p.__file__).parent
 
 DRIVERS = [
     *sorted((ROOT / "runtime").glob("*.py")),
-    ROOT / "sim" / "_members.py",
-    ROOT / "sim" / "_twin.py",
+    *sorted(p for p in (ROOT / "sim").glob("*.py") if p.name != "_frames.py"),
     ROOT / "aio.py",
     ROOT / "fleet.py",
 ]
-"""The sources that drive a ``NodeMachine`` (the simulator's oracle mode, in
-``p2p/sim/_engine.py``, runs bare cores without one)."""
+"""The sources that drive a ``NodeMachine`` (the simulator's other protocols,
+SRPT and the causal broadcast, run bare cores of their own: their calls are
+on a local ``core``, not a machine's; ``p2p/sim/_frames.py`` adapts the causal
+broadcast, whose own ``core`` is a ``CausalBroadcast``)."""
 
 CORE_QUERIES = {
     "believed_dead",
