@@ -288,14 +288,22 @@ def test_an_answer_stops_before_a_round_still_on_its_way() -> None:
         ([9, "t", 1], "RESUME"),
         ([9, "t", -1, 0], "RESUME.epoch"),
         ([10, "t", 1, 0, 0, 1], "REPLAY"),
-        ([10, "t", 1, 0, 1, 1, []], "REPLAY.part"),
-        ([10, "t", 1, 0, 0, MAX_REPLAY_PARTS + 1, []], "REPLAY.parts"),
-        ([10, "t", 1, 0, 0, 1, [[1, 2, "x", []]]], "REPLAY payload"),
-        ([10, "t", 1, 0, 0, 1, [[1, 2, b"x" * 70000, []]]], "REPLAY payload"),
-        ([10, "t", 1, 0, 0, 1, [[1, 2, b"x", []]] * (MAX_REPLAY_ENTRIES + 1)], "REPLAY.entries"),
-        ([10, "t", 1, 0, 0, 1, [[1, 2, b"x"]]], "REPLAY entry"),
-        ([10, "t", 1, 0, 0, 1, [[1, 2, b"x", [[1, 2]]]]], "REPLAY dep"),
-        ([10, "t", 1, 0, 0, 1, [[1, 2, b"x", [[1, 2, 3]] * (MAX_REPLAY_DEPS + 1)]]], "REPLAY.deps"),
+        ([10, "t", 1, 0, 0, 1, []], "REPLAY"),
+        ([10, "t", 1, 0, 1, 1, False, []], "REPLAY.part"),
+        ([10, "t", 1, 0, 0, MAX_REPLAY_PARTS + 1, False, []], "REPLAY.parts"),
+        ([10, "t", 1, 0, 0, 1, 1, []], "REPLAY.more"),
+        ([10, "t", 1, 0, 0, 1, False, [[1, 2, "x", []]]], "REPLAY payload"),
+        ([10, "t", 1, 0, 0, 1, False, [[1, 2, b"x" * 70000, []]]], "REPLAY payload"),
+        (
+            [10, "t", 1, 0, 0, 1, False, [[1, 2, b"x", []]] * (MAX_REPLAY_ENTRIES + 1)],
+            "REPLAY.entries",
+        ),
+        ([10, "t", 1, 0, 0, 1, False, [[1, 2, b"x"]]], "REPLAY entry"),
+        ([10, "t", 1, 0, 0, 1, False, [[1, 2, b"x", [[1, 2]]]]], "REPLAY dep"),
+        (
+            [10, "t", 1, 0, 0, 1, False, [[1, 2, b"x", [[1, 2, 3]] * (MAX_REPLAY_DEPS + 1)]]],
+            "REPLAY.deps",
+        ),
     ],
 )
 def test_malformed_resumes_and_replays_are_refused(msg: list[object], match: str) -> None:
@@ -435,6 +443,50 @@ def test_a_silent_source_is_asked_once_more_then_the_topic_goes_on() -> None:
     (released,) = pair.sub.expire(11.0)
     assert (released.delivery.id.seq, released.missed) == (3, 2)
     assert pair.sub.deadline() is None
+
+
+def test_a_source_with_more_to_give_is_asked_again_after_spacing() -> None:
+    """An answer that says ``more`` (rounds still on their way, not to this
+    subscriber) keeps the topic held; the source is asked again ``spacing``
+    later, from after what it gave, and the rest goes on in order."""
+    pair = _Pair(history=100, timeout=5.0)
+    made = [pair.publish(i) for i in range(5)]
+    assert pair.sub.hand(made[0], True, 0.0)[0] == 0
+    assert pair.sub.hand(made[4], True, 1.0) == (HELD, [(PUB, Resume("t", 7, 0))])
+    first = pair.pub.answer(SUB, Resume("t", 7, 0), True, 1.0, MsgId(PUB, 1, 3), more=True)
+    ((_, reply),) = first
+    assert [e[1] for e in reply.entries] == [1, 2]
+    assert reply.more
+    assert pair.sub.replayed(PUB, reply, 1.1) == []  # held: more to come
+    assert pair.sub.deadline() == 2.1  # spacing (1 s) later
+    assert pair.sub.expire(2.1) == [(PUB, Resume("t", 7, 2))]
+    ((_, rest),) = pair.pub.answer(SUB, Resume("t", 7, 2), True, 2.2)
+    out = pair.sub.replayed(PUB, rest, 2.3)
+    assert [(o.delivery.id.seq, o.missed) for o in out] == [(1, 0), (2, 0), (3, 0), (4, 0)]
+    assert not pair.sub.holding
+
+
+def test_a_source_that_keeps_having_more_is_asked_retries_times() -> None:
+    """After ``retries`` answers that all said ``more``, the topic goes on."""
+    pair = _Pair(history=100, timeout=5.0)
+    made = [pair.publish(i) for i in range(3)]
+    pair.sub.hand(made[0], True, 0.0)
+    pair.sub.hand(made[2], True, 0.0)
+    now, position = 0.0, (7, 0)
+    for _ in range(RecoveryConfig().retries):
+        ((_, reply),) = pair.pub.answer(
+            SUB, Resume("t", *position), True, now, MsgId(PUB, 1, 1), True
+        )
+        assert pair.sub.replayed(PUB, reply, now) == []
+        now += 1.0
+        ((_, ask),) = pair.sub.expire(now)
+        position = (ask.epoch, ask.ordinal)
+    ((_, reply),) = pair.pub.answer(SUB, Resume("t", *position), True, now, MsgId(PUB, 1, 1), True)
+    # Counted answered now; the held delivery shows one still missing: asked once more.
+    ((_, ask),) = pair.sub.replayed(PUB, reply, now)
+    ((_, reply),) = pair.pub.answer(SUB, ask, True, now, MsgId(PUB, 1, 1), True)
+    out = pair.sub.replayed(PUB, reply, now)
+    assert [(o.delivery.id.seq, o.missed) for o in out] == [(2, 1)]  # the one withheld: missed
 
 
 def test_a_hold_past_its_byte_bound_goes_on_at_once() -> None:

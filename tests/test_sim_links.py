@@ -262,3 +262,27 @@ def test_a_run_with_resets_replays_from_its_seed() -> None:
         runs.append((repr(sim.recorder.trace), sim.link_metrics(), sim.now))
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
+
+
+def test_a_resume_is_never_answered_with_a_publication_not_yet_sent() -> None:
+    """Found by the random-resets property (seed 0, no resets): node A, back as
+    a new life, answered node C's RESUME with a publication still queued
+    behind its SUB round, then crashed; C delivered it from the history,
+    and nobody else could ever get it.  An answer now holds only
+    publications whose rounds completed (``Replay.more`` for the rest)."""
+    ids = [
+        0,
+        11_400_714_819_323_198_485,
+        4_354_685_564_936_845_354,
+        15_755_400_384_260_043_839,
+        8_709_371_129_873_690_708,
+        1_663_341_875_487_337_577,
+        13_064_056_694_810_536_062,
+    ]
+    a, b, c = ids[1], ids[2], ids[3]
+    script: list[tuple[float, str, int, str]] = [(0.0, "SUB", 0, "t0"), (0.0, "UNS", 0, "t0")] * 5
+    script += [(0.0, "SUB", 0, "t0"), (0.0, "SUB", b, "t0"), (0.0, "SUB", a, "t0"),
+               (0.0, "SUB", c, "t0"), (0.0, "UNS", 0, "t0"), (127.0, "PUB", a, "t0"),
+               (2859.0, "CRASH", a, ""), (4179.0, "RECOVER", a, ""), (4203.0, "SUB", a, "t0"),
+               (4205.0, "PUB", a, "t0"), (4378.0, "CRASH", a, "")]  # fmt: skip
+    _run_with_resets(Simulation(ids, seed=0, detector=FAST), script, [])

@@ -116,26 +116,36 @@ class VCubePS(_Receive):
         state.barrier.delivered(mid, (), ())
         return self._release(state, state.buffer.deliver(mid))
 
-    def unsettled(self, topic: str, node: int, incarnation: int) -> int | None:
-        """The lowest sequence number of this incarnation's publications on
-        ``topic`` still on their way to ``node``'s subscription as
-        ``incarnation`` (queued, or in the round in flight) and owed to it by
-        that round: published after this node learnt the subscription, so
-        the subscriber takes them (an earlier one is below its bound and
-        skipped).  ``None``: none is (a pure query)."""
+    def unsettled(self, topic: str, node: int, incarnation: int) -> tuple[int, bool] | None:
+        """This incarnation's publications on ``topic`` whose rounds have not
+        completed (queued, or in the round in flight): the lowest sequence
+        number among them, and whether every one of them is owed to ``node``'s
+        subscription as ``incarnation`` by its round (its round's view holds
+        that subscription, and it was published after this node learnt it:
+        an earlier one is below the subscriber's bound and skipped there).
+        ``None``: every round completed (a pure query)."""
         state = self._topics.get(topic)
-        if state is None or not _holds(state.view, node, incarnation):
+        if state is None:
             return None
-        owed_from = state.learned_at.get(node)
-        if owed_from is None:
-            return None
-        seqs = [m.id.seq for m in state.queue if type(m) is PubMessage]
+        queued = [m.id.seq for m in state.queue if type(m) is PubMessage]
         rid = state.in_flight
         pending = None if rid is None else self._pending.get(rid)
-        if pending is not None and _holds(state.round_view, node, incarnation):
-            me = self.id, self.incarnation
-            seqs += [i.seq for i in pending.ids if (i.source, i.incarnation) == me]
-        return min((q for q in seqs if q >= owed_from), default=None)
+        me = self.id, self.incarnation
+        flying = (
+            []
+            if pending is None
+            else [i.seq for i in pending.ids if (i.source, i.incarnation) == me]
+        )
+        if not queued and not flying:
+            return None
+        owed_from = state.learned_at.get(node)
+        owed = (
+            owed_from is not None
+            and _holds(state.view, node, incarnation)
+            and (not flying or _holds(state.round_view, node, incarnation))
+            and min(queued + flying) >= owed_from
+        )
+        return min(queued + flying), owed
 
     def publish(self, topic: str, payload: bytes, now: float) -> list[Output]:
         """Algorithm 3 ``Publish``: refused unless subscribed; delivered locally at once."""

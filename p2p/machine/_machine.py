@@ -418,9 +418,12 @@ class NodeMachine(_Fleet):
             # holds a verified record of (an asker it still suspects after a
             # partition is one: its new life may not have reached this node).
             member = sender not in self.revoked and (sender in self.incs or sender in self.peers)
-            seq = self.core.unsettled(msg.topic, sender, self.incs.get(sender, -1))
-            unsettled = None if seq is None else MsgId(self.id, self.incarnation, seq)
-            return self._sent(self.recovery.answer(sender, msg, member, now, unsettled))
+            found = self.core.unsettled(msg.topic, sender, self.incs.get(sender, -1))
+            if found is None:
+                return self._sent(self.recovery.answer(sender, msg, member, now))
+            first, owed = found
+            unsettled = MsgId(self.id, self.incarnation, first)
+            return self._sent(self.recovery.answer(sender, msg, member, now, unsettled, not owed))
         if isinstance(msg, Replay):
             return self._sent(self.recovery.replayed(sender, msg, now))
         if self.detector is None or not isinstance(msg, Probe | Reply | Push):

@@ -66,11 +66,21 @@ class RecoveryConfig:
     max_held_bytes: int = 16 * 1024 * 1024
     """Most payload bytes held per topic (replays come from the network);
     more releases the hold at once."""
+    retries: int = 5
+    """Times a source whose answer says it has more (``Replay.more``: rounds
+    still on their way that will not bring them here) is asked again, each
+    ``spacing`` seconds after its answer; past that, the topic goes on."""
 
     def __post_init__(self) -> None:
-        if not self.timeout > 0 or self.spacing < 0 or min(self.max_held, self.max_held_bytes) < 1:
+        if (
+            not self.timeout > 0
+            or self.spacing < 0
+            or self.retries < 0
+            or min(self.max_held, self.max_held_bytes) < 1
+        ):
             raise ValueError(
-                "recovery: timeout > 0, spacing >= 0 and max_held(_bytes) >= 1 required"
+                "recovery: timeout > 0, spacing >= 0, retries >= 0 and max_held(_bytes) >= 1"
+                " required"
             )
 
     def over(self, held: int, size: int) -> bool:
@@ -114,6 +124,12 @@ class _Hold:
     again: set[int] = field(default_factory=set)
     """Sources asked a second time: a held delivery showed that their answer
     was made before it and misses some of what came before it (once each)."""
+    more: set[int] = field(default_factory=set)
+    """Sources whose answer so far says they have more to give (``Replay.more``)."""
+    retry_at: dict[int, float] = field(default_factory=dict)
+    """Per source that said it has more, when it is asked again."""
+    retries: dict[int, int] = field(default_factory=dict)
+    """Per source, how many times it was asked again for more."""
 
 
 class Recovery:
@@ -156,18 +172,27 @@ class Recovery:
         self.history.add(topic, mid, payload, now, deps)
 
     def answer(
-        self, asker: int, msg: Resume, member: bool, now: float, unsettled: MsgId | None = None
+        self,
+        asker: int,
+        msg: Resume,
+        member: bool,
+        now: float,
+        unsettled: MsgId | None = None,
+        more: bool = False,
     ) -> list[Any]:
         """``asker`` (``member``: in this node's view) asks for what this node
         published on ``msg.topic`` after ``(msg.epoch, msg.ordinal)``: the
         REPLAY packets that answer it, numbered (a subscriber puts them back
         in order whatever order they arrive in).
 
-        Invariant: the answer stops before ``unsettled``, the first publication
-        still on its way to the asker in a round (``VCubePS.unsettled``): the
-        asker gets that one and the rest from their rounds, as the others
-        do, so if the source then crashes the asker's crash relay carries
-        them on like theirs."""
+        Invariant: the answer holds only publications whose rounds completed:
+        it stops before ``unsettled``, the first whose round is still on its
+        way (``VCubePS.unsettled``).  So a publication the asker gets from the
+        history is one every subscriber its round was for has, and if this
+        node then crashes nobody is left with one the others can never get.
+        What is withheld the asker gets from its round, or, if that round
+        will not bring it (``more``: it is not for the asker), by asking
+        again (:meth:`replayed`)."""
         if not member or (
             self.history.holds(msg.topic) and not self._may_answer(asker, msg.topic, now)
         ):  # an empty answer costs what the request did: no bucket for it
@@ -176,8 +201,10 @@ class Recovery:
         self.stats["resumes_answered"] += 1
         chunks: list[list[ReplayEntry]] = [[]]
         size = 0
+        withheld = False
         for kept in self.history.since(msg.topic, msg.epoch, msg.ordinal, now):
             if unsettled is not None and kept.id >= unsettled:
+                withheld = True
                 break
             chunk = chunks[-1]
             if len(chunk) >= MAX_REPLAY_ENTRIES or size + len(kept.payload) > REPLAY_BYTES:
@@ -187,7 +214,9 @@ class Recovery:
             chunk.append((kept.id.incarnation, kept.id.seq, kept.payload, kept.deps))
             size += len(kept.payload)
         after = (msg.topic, msg.epoch, msg.ordinal)
-        return [(asker, Replay(*after, k, len(chunks), tuple(c))) for k, c in enumerate(chunks)]
+        more = more and withheld
+        n = len(chunks)
+        return [(asker, Replay(*after, k, n, tuple(c), more)) for k, c in enumerate(chunks)]
 
     def _may_answer(self, asker: int, topic: str, now: float) -> bool:
         """A token bucket per asker and topic held: :data:`ANSWER_BURST` answers at
@@ -289,13 +318,15 @@ class Recovery:
             self.stats["replays_unasked"] += 1
             return []
         got.add(msg.part)
+        if msg.more:
+            hold.more.add(source)
         kept = hold.replays.setdefault(source, [])
         for inc, seq, payload, deps in msg.entries:
             if len(payload) >= ENVELOPE_SIZE:  # no honest member sends less
                 kept.append((Delivered(msg.topic, MsgId(source, inc, seq), payload), deps))
         hold.held += len(msg.entries)
         hold.size += sum(len(entry[2]) for entry in msg.entries)
-        if len(got) >= msg.parts:
+        if len(got) >= msg.parts and not self._ask_more(hold, source, now):
             hold.waiting.discard(source)
             hold.answered.add(source)
         full = self.config.over(hold.held, hold.size)
@@ -303,11 +334,37 @@ class Recovery:
             return self._release(msg.topic, now, full=full)
         return []
 
+    def _ask_more(self, hold: _Hold, source: int, now: float) -> bool:
+        """``source``'s whole answer came; if it said it has more, and it was
+        asked again fewer than ``retries`` times, it is asked again in
+        ``spacing`` seconds (it stays awaited): whether it will be."""
+        if source not in hold.more or hold.retries.get(source, 0) >= self.config.retries:
+            return False
+        hold.more.discard(source)
+        hold.retries[source] = hold.retries.get(source, 0) + 1
+        at = hold.retry_at[source] = now + self.config.spacing
+        hold.deadline = max(hold.deadline, at + self.config.timeout)
+        return True
+
+    def _asked_again(self, topic: str, hold: _Hold, now: float) -> list[Any]:
+        """The sources due to be asked again for more: from after what they gave."""
+        out: list[Any] = []
+        for source in sorted(s for s, at in hold.retry_at.items() if at <= now):
+            del hold.retry_at[source]
+            given = [envelope_of(d.payload) for d, _ in hold.replays.get(source, ())]
+            position = max([hold.positions[source], *given])
+            hold.positions[source] = position
+            hold.parts[source] = set()
+            self.stats["resumes_sent"] += 1
+            out.append((source, Resume(topic, *position)))
+        return out
+
     def gone(self, source: int, now: float) -> list[Any]:
         """``source`` left the view: nobody waits for its answers any more."""
         out: list[Any] = []
         for topic, hold in list(self._holds.items()):
             hold.answered.discard(source)  # not to be asked again
+            hold.retry_at.pop(source, None)
             if source in hold.waiting:
                 hold.waiting.discard(source)
                 if not hold.waiting:
@@ -325,8 +382,11 @@ class Recovery:
         return bool(self._holds)
 
     def deadline(self) -> float | None:
-        """When the oldest hold gives up waiting (``None``: nothing held)."""
-        return min((h.deadline for h in self._holds.values()), default=None)
+        """When the oldest hold gives up waiting, or a source is asked again for
+        more (``None``: nothing held)."""
+        return min(
+            (min([h.deadline, *h.retry_at.values()]) for h in self._holds.values()), default=None
+        )
 
     def expire(self, now: float) -> list[Any]:
         """Holds past their deadline: the sources that have not answered (still
@@ -335,6 +395,8 @@ class Recovery:
         behind a re-dial); past that, the topic goes on without them."""
         out: list[Any] = []
         for topic, hold in list(self._holds.items()):
+            if hold.retry_at:
+                out += self._asked_again(topic, hold, now)
             if hold.deadline > now:
                 continue
             if hold.extended or not hold.waiting:
@@ -380,6 +442,7 @@ class Recovery:
         )
         rest.answered = hold.answered - {source}
         rest.again = hold.again | {source}
+        rest.retries = dict(hold.retries)
         self._holds[topic] = rest
         rest.asked.discard(source)
         return merge.out + self._ask(rest, topic, source)

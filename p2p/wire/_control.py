@@ -13,6 +13,7 @@ from p2p.wire._cbor import (
     _ctr,
     _d_topic,
     _e_array,
+    _e_bool,
     _e_bytes,
     _e_int,
     _e_topic,
@@ -93,7 +94,9 @@ class Replay:
     came after ``(epoch, ordinal)`` on ``topic``: publications the sender
     made, oldest first, each as ``(incarnation, seq, payload, deps)`` (its
     id is the sender's; the payload starts with its envelope; ``deps``:
-    ``(source, epoch, ordinal)`` of what it causally follows)."""
+    ``(source, epoch, ordinal)`` of what it causally follows).  ``more``: the
+    sender made more that it cannot give yet (their rounds are still on
+    their way, and will not bring them to the asker): ask again."""
 
     topic: str
     epoch: int
@@ -101,6 +104,7 @@ class Replay:
     part: int
     parts: int
     entries: tuple[ReplayEntry, ...]
+    more: bool = False
 
 
 ReplayEntry = tuple[int, int, bytes, tuple[tuple[int, int, int], ...]]
@@ -128,8 +132,8 @@ def _e_control(c: Control) -> bytes:
     if isinstance(c, Resume):
         return b"\x84" + _e_int(_RESUME) + _e_topic(c.topic) + _e_int(c.epoch) + _e_int(c.ordinal)
     if isinstance(c, Replay):
-        parts = [b"\x87", _e_int(_REPLAY), _e_topic(c.topic), _e_int(c.epoch), _e_int(c.ordinal)]
-        parts += (_e_int(c.part), _e_int(c.parts), _e_array(len(c.entries)))
+        parts = [b"\x88", _e_int(_REPLAY), _e_topic(c.topic), _e_int(c.epoch), _e_int(c.ordinal)]
+        parts += (_e_int(c.part), _e_int(c.parts), _e_bool(c.more), _e_array(len(c.entries)))
         for inc, seq, payload, deps in c.entries:
             parts += (b"\x84", _e_int(inc), _e_int(seq), _e_bytes(payload), _e_array(len(deps)))
             parts += (b"\x83" + _e_int(n) + _e_int(e) + _e_int(o) for n, e, o in deps)
@@ -166,7 +170,9 @@ def _d_control(raw: list[object], lim: WireLimits) -> Control:
 def _d_replay(raw: list[object], lim: WireLimits) -> Replay:
     """A REPLAY packet: at most :data:`MAX_REPLAY_ENTRIES` publications of at most
     ``max_payload`` bytes each (the receiving machine checks their envelopes)."""
-    _, topic, epoch, ordinal, part, parts, raw_entries = _array(raw, "REPLAY", 7)
+    _, topic, epoch, ordinal, part, parts, more, raw_entries = _array(raw, "REPLAY", 8)
+    if type(more) is not bool:
+        raise WireError("REPLAY.more: expected a bool")
     epoch, ordinal = _node(epoch, "REPLAY.epoch"), _node(ordinal, "REPLAY.ordinal")
     parts = _int(parts, "REPLAY.parts", 1, MAX_REPLAY_PARTS + 1)
     part = _int(part, "REPLAY.part", 0, parts)
@@ -182,7 +188,7 @@ def _d_replay(raw: list[object], lim: WireLimits) -> Replay:
             deps.append((_node(n, "REPLAY.dep"), dep_epoch, dep_ordinal))
         ids = (_ctr(inc, "REPLAY.incarnation"), _ctr(seq, "REPLAY.seq"))
         entries.append((*ids, payload, tuple(deps)))
-    return Replay(_d_topic(topic, lim), epoch, ordinal, part, parts, tuple(entries))
+    return Replay(_d_topic(topic, lim), epoch, ordinal, part, parts, tuple(entries), more)
 
 
 def _d_exchange(v: object, lim: WireLimits) -> PeerExchange:
