@@ -10,7 +10,7 @@ first, before new ones; the receiver's :class:`~p2p._reliable.ReceiveLog`
 drops those it handled already.  :class:`Links` drives those same classes
 with simulated connections, for the scenario action ``RESET``.
 
-It exists only once a RESET was scheduled (:meth:`Simulation.schedule`), so a
+It exists only once a RESET was scheduled (``Simulation.schedule``), so a
 run without one is event-for-event what it was: no frame numbers, no acks,
 no random draws.  With it, every frame sent from then on is *tracked*:
 
@@ -42,15 +42,16 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from p2p._reliable import SendLog
 from p2p.sim._frames import Frame
+from p2p.sim._world import _World
 
 if TYPE_CHECKING:
     from p2p._reliable import Hello
-    from p2p.sim._engine import Simulation
 
 _Tracked = tuple[int, int, Frame, int, int, int, int]
 """``(sender, dest, frame, dest incarnation, sender incarnation, connection, lseq)``."""
@@ -98,13 +99,27 @@ class _Link:
 
 
 class Links:
-    """The tracked links of one :class:`Simulation` (see the module docstring)."""
+    """The tracked links of one simulation (see the module docstring).
+
+    It works on the shared state (``p2p.sim._world``) and hands the frames it
+    lets through to the node path (``_World._arrive``); it knows nothing of
+    the detector mode but the ``refused`` hint it is given.
+    """
 
     ARRIVE, DIAL = 9, 10
     """Event kinds: a tracked frame arrives; a link's re-dial completes."""
 
-    def __init__(self, sim: Simulation, config: LinkConfig | None = None) -> None:
+    def __init__(
+        self,
+        sim: _World,
+        config: LinkConfig | None = None,
+        refused: Callable[[int, int, int], None] | None = None,
+    ) -> None:
         self.sim = sim
+        self.refused = refused
+        """Who hears that a dial or a frame reached a crashed life
+        ``(sender, dest, life)``: the detector mode's hint
+        (``_Membership.refused``), ``None`` without a detector."""
         self.cfg = config or LinkConfig()
         self.rng = random.Random(f"{sim.seed}/links")
         self.out: dict[tuple[int, int], _Link] = {}
@@ -283,8 +298,8 @@ class Links:
             return
         if dst in sim.down or sim.severed(src, dst):
             self.counts["dial_failures"] += 1
-            if sim._members is not None:
-                sim._members.refused(src, dst, sim.incarnation[dst])
+            if self.refused is not None:
+                self.refused(src, dst, sim.incarnation[dst])
             return
         self.counts["reconnects"] += 1
         self._open(lk, src, dst)
@@ -307,8 +322,8 @@ class Links:
             return
         if dst in sim.down or (life != sim.incarnation[dst] and not sim._to_older_life(dst, life)):
             sim.lost += 1
-            if sim._members is not None:
-                sim._members.refused(src, dst, life)
+            if self.refused is not None:
+                self.refused(src, dst, life)
             return
         machine = sim.machines[dst]
         if self.opened.get((dst, src)) != conn and lk.hello is not None:

@@ -1,10 +1,18 @@
-"""The simulator's detector mode: one :class:`NodeMachine` per node (see :class:`_Membership`)."""
+"""The simulator's detector mode: one :class:`NodeMachine` per node (see :class:`_Membership`).
+
+It works on the shared state (``p2p.sim._world``: the machines, the lives of
+the processes, the queue, deferred work) and hands core outputs to the node
+path (``_World._emit``, ``_World.released``).  It reaches the reliable links
+(``p2p.sim._links``) and the ids started twice (``p2p.sim._twin``, which
+imports this module; typed here as :class:`ElderRouting`) through the
+references the engine gives it when it makes them.
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from p2p._errors import P2PError
 from p2p._membership import Peer
@@ -23,12 +31,11 @@ from p2p.machine import (
     SendExchange,
 )
 from p2p.sim._frames import control_body
+from p2p.sim._links import Links
 from p2p.sim._recorder import summarize
+from p2p.sim._world import _World
 from topics import Output, RemoteProtocolError, VCubePS
 from vcube import Hypercube
-
-if TYPE_CHECKING:
-    from p2p.sim._engine import Simulation
 
 
 def _record(node: int, incarnation: int) -> bytes:
@@ -64,6 +71,19 @@ SEED_BACKOFF = 0.25
 """Detector intervals before a failed seed exchange is tried again (doubling)."""
 
 
+class ElderRouting(Protocol):
+    """What the detector mode asks of the ids started twice (``p2p.sim._twin.Twins``,
+    which drives this module's machines: declared here so that the import
+    only goes from ``_twin`` to ``_members``)."""
+
+    def catch(self, sender: int, node: int, life: int, what: tuple[Any, ...]) -> bool: ...
+    def divert_control(self, src: int, dst: int, msg: Any, start: float) -> bool: ...
+    def seen_newer(self, dest: int, src: int, start: float) -> None: ...
+    def seen(self, node: int, life: int, about: int, inc: int) -> None: ...
+    def new_life(self, observer: int, o: MemberUp, at: float) -> None: ...
+    def any_running(self) -> bool: ...
+
+
 class _Halt(Exception):  # noqa: N818 (control flow, not an error)
     """Out of a timer event to :meth:`Simulation.run`: only the detector's own
     timers and messages are left, and they change nothing any more."""
@@ -83,7 +103,7 @@ class _Membership:
     ends its old life as a crash does: what was in flight to it is lost.
     """
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: _World) -> None:
         if sim.protocol != "vcube-ps":
             raise P2PError(f"protocol {sim.protocol} has no failure detector (vcube-ps has)")
         assert sim.detector is not None
@@ -106,16 +126,14 @@ class _Membership:
         self.log: list[tuple[float, int, str, int, str]] = []
         """Membership events as the runtime's ``Node.membership()`` gives them:
         ``(time, node, "joined" | "left", about, reason)``."""
-        self.counts = dict.fromkeys(
-            ("control_sent", "control_lost", "hints", "reincarnations", "older_life_packets"), 0
-        )
+        self.counts = dict.fromkeys(("control_sent", "control_lost", "hints", "reincarnations"), 0)
         self._quiet_since: float | None = None
         self._checked = -float("inf")
-        self.older_lives: dict[int, set[int]] = {}
-        """The incarnations a node's running process had before it reincarnated
-        (``NodeMachine._reincarnate``): a control message or a link packet sent
-        to one of them still reaches it, as in the runtime, where it is the
-        same process (``Simulation._same_process``)."""
+        self.links: Links | None = None
+        """The reliable links, once the engine made them (the first RESET or
+        PARTITION scheduled): a member that leaves a view drops its link."""
+        self.twins: ElderRouting | None = None
+        """The ids started twice, once the engine made them (the first TWIN)."""
 
     # ------------------------------------------------------------ machines --
 
@@ -214,7 +232,7 @@ class _Membership:
         self._push(sim.now + self._delay(dest, src), sim._SEED, item)
 
     def _install(self, node: int, m: NodeMachine) -> None:
-        self.older_lives.pop(node, None)  # a new process
+        self.sim.older_lives.pop(node, None)  # a new process
         self.sim.machines[node] = m
         self.sim.nodes[node] = m.core
         m.start_rounds(self.sim.now + self.rng.uniform(0, self.cfg.interval))
@@ -285,7 +303,7 @@ class _Membership:
             self._maybe_halt()
         elif kind == sim._CONTROL:
             src, dest, msg, life = cast(tuple[int, int, Any, int], item)
-            if sim._twins is not None and sim._twins.catch(src, dest, life, (msg,)):
+            if self.twins is not None and self.twins.catch(src, dest, life, (msg,)):
                 pass  # to the older process of an id started twice: it runs
             elif sim.severed(src, dest):  # lost on the way: no reset comes back
                 self.counts["control_lost"] += 1
@@ -297,8 +315,8 @@ class _Membership:
                 self.refused(src, dest, life)
                 self._seed_outcome(src, dest, msg, False)
             else:
-                if sim._twins is not None:
-                    sim._twins.seen_newer(dest, src, max(sim.now, sim.clocks[dest].cpu_free))
+                if self.twins is not None:
+                    self.twins.seen_newer(dest, src, max(sim.now, sim.clocks[dest].cpu_free))
                 self._seed_outcome(src, dest, msg, True)
                 self._input(dest, sim._CONTROL, (src, msg))
         elif kind == sim._SEEN:
@@ -308,8 +326,8 @@ class _Membership:
             elif node not in sim.down and life == sim.incarnation[node]:
                 self._carry_out(node, sim.now, sim.machines[node].learn(about, inc, sim.now))
                 self._arm(node)
-            elif sim._twins is not None:  # an older process of an id started twice hears it
-                sim._twins.seen(node, life, about, inc)
+            elif self.twins is not None:  # an older process of an id started twice hears it
+                self.twins.seen(node, life, about, inc)
         else:
             node, life, about = cast(tuple[int, int, int], item)
             if node in sim.down or life != sim.incarnation[node]:
@@ -421,8 +439,8 @@ class _Membership:
                 self._down(node, o, start)
             elif kind is MemberUp:
                 self.log.append((start, node, "joined", o.node, o.reason))
-                if self.sim._twins is not None:
-                    self.sim._twins.new_life(node, o, start)
+                if self.twins is not None:
+                    self.twins.new_life(node, o, start)
             elif kind is Release:
                 self._emit(node, start, core_out)  # what came before it first
                 core_out = []
@@ -449,13 +467,13 @@ class _Membership:
         self.counts["control_sent"] += 1
         msg = o.msg if type(o) is SendControl else o  # an exchange travels as itself
         dest = int(o.address) if isinstance(o, ExchangeWithSeed) else o.dest
-        if sim._twins is not None and sim._twins.divert_control(src, dest, msg, start):
+        if self.twins is not None and self.twins.divert_control(src, dest, msg, start):
             return
         item = (src, dest, msg, sim.incarnation[dest])
         self._push(start + self._delay(src, dest), sim._CONTROL, item)
 
     def _down(self, observer: int, o: MemberDown, at: float) -> None:
-        links = self.sim._links
+        links = self.links
         if links is not None and o.was_up:
             links.dropped(observer, o.node, o.incarnation)
         if o.was_up:
@@ -470,7 +488,7 @@ class _Membership:
         """The trace shows a crash and a recovery; the old life's links die."""
         sim = self.sim
         self.counts["reincarnations"] += 1
-        self.older_lives.setdefault(node, set()).add(o.previous)
+        self.sim.older_lives.setdefault(node, set()).add(o.previous)
         # Its queued timer names the older life and is skipped: the next _arm
         # must queue one for this life even if the machine's time is the same
         # (else the detector never ran again: partial seed 702530).
@@ -481,8 +499,8 @@ class _Membership:
         if m.record:
             m.set_record(_record(node, o.incarnation))
         sim.nodes[node] = m.core
-        if sim._links is not None:
-            sim._links.reincarnated(node)
+        if self.links is not None:
+            self.links.reincarnated(node)
         for link in [k for k in sim._last_frame if node in k]:
             del sim._last_frame[link]
         clock = sim.clocks[node]
@@ -503,7 +521,7 @@ class _Membership:
         verdict ends (a child it never knew, reported dead by a member's
         detector): halting at agreement alone left it waiting."""
         sim = self.sim
-        if len(sim._heap) != self.events or sim.segment:  # a partition in force is no end
+        if sim.pending_events() != self.events or sim.segment:  # a partition in force is no end
             self._quiet_since = None
             return
         now = sim.now
@@ -537,7 +555,7 @@ class _Membership:
         up and not revoked, at their current incarnations, as members, and no
         id started twice still has its older process running (``p2p.sim._twin``)."""
         sim = self.sim
-        if sim._twins is not None and sim._twins.any_running():
+        if self.twins is not None and self.twins.any_running():
             return False
         up = set(sim.ids) - sim.down - self.revoked.keys()
         for n in up:
@@ -562,6 +580,7 @@ class _Membership:
             "detection": summarize(crashed),
             "false_suspicions": len(false),
             **self.counts,
+            "older_life_packets": self.sim.older_life_packets,
             "converged": self.converged,
             "agreed": self.agreed(),
             **self._revocation_metrics(),

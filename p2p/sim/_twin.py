@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from p2p._errors import P2PError
 from p2p.machine import (
@@ -52,11 +52,9 @@ from p2p.machine import (
     Superseded,
 )
 from p2p.sim._frames import Frame, control_body, pack_frames, packets_body, parts_of
+from p2p.sim._members import _Membership
+from p2p.sim._world import _World
 from topics import Delivered, Output, Send
-
-if TYPE_CHECKING:
-    from p2p.sim._engine import Simulation
-    from p2p.sim._members import _Membership
 
 TWIN_GAP = 1000
 """How far above the older process's incarnation a second start's is."""
@@ -78,19 +76,24 @@ class Elder:
 
 
 class Twins:
-    """Every id started twice in one :class:`Simulation` (see the module docstring)."""
+    """Every id started twice in one simulation (see the module docstring).
+
+    It works on the shared state (``p2p.sim._world``) and drives the detector
+    mode's machines (``p2p.sim._members``), which reach it back through
+    ``_Membership.twins`` (typed there as :class:`~p2p.sim._members.ElderRouting`).
+    """
 
     TIMER, CONTROL, ARRIVE, SENT = 11, 12, 13, 14
     """Event kinds: an elder's timer; a control message to it; a frame to it;
     a control message from it."""
 
-    def __init__(self, sim: Simulation) -> None:
-        if sim._members is None:
+    def __init__(self, sim: _World, members: _Membership | None) -> None:
+        if members is None:
             raise P2PError("TWIN needs the failure detector (--membership detector)")
         if sim.introductions is not None:
             raise P2PError("TWIN needs full membership (no introductions)")
         self.sim = sim
-        self.members: _Membership = sim._members
+        self.members = members
         self.rng = random.Random(f"{sim.seed}/twins")
         self.elders: dict[int, Elder] = {}
         self.routed: dict[tuple[int, int], int] = {}
