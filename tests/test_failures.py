@@ -491,7 +491,7 @@ def test_the_partial_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> N
     the simulator dropped that answer as sent to a crashed life; node 2 never
     admitted a member.  In the runtime a reincarnation is the same process,
     and the answer reaches it: so it does in the simulator now
-    (``p2p.sim._members._Membership.older_lives``).  Seed 702530, the
+    (``p2p.sim._world._World.older_lives``).  Seed 702530, the
     simulator's too (it showed once that fix changed the run): node 7's
     detector never ran again after it reincarnated, because its queued
     timer named the older life and was skipped, and no new one was queued
