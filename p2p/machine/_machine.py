@@ -19,6 +19,12 @@ What it owns:
 * its history and resumes (``p2p.machine._recovery``);
 * records, revocations and seeds (``p2p.machine._fleet``, its base class).
 
+This module is one class, and it stays one file past the usual 600 lines:
+its parts (the door, the timer, the verdicts that move membership) all
+keep the one membership invariant stated on :class:`NodeMachine`, which
+reads best in one place; what does not (the outputs, the fleet's records,
+revocations and seeds, history and resumes) lives in modules of its own.
+
 Membership rules (DESIGN.md §5): evidence of a member (a verified record, a
 restart seen in its packets) goes to the detector, which admits it; a
 member leaves the view only by its own LEAVE, a revocation, or the
