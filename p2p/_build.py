@@ -57,11 +57,14 @@ COMPILED_MODULES: tuple[str, ...] = (
 )
 """The modules ``make compiled`` compiles.  Left out: package ``__init__`` files
 (their lazy re-exports), ``topics._events`` (the simulator sends the causal
-broadcast's packets in its ``Send``), ``vcube._detector`` (its message classes
-must hold whatever a peer sends until its own checks reject it with
+broadcast's packets in its ``Send``), ``vcube._detmsg`` (the detector's message
+classes must hold whatever a peer sends until its own checks reject it with
 ``RemoteDetectorError``; compiled, their constructors would raise
-``TypeError`` first), ``topics._srpt`` and ``p2p.sim._detsim`` (baselines and
-test harnesses, off the hot paths)."""
+``TypeError`` first), ``vcube._detector`` and ``vcube._detout`` (the
+detector and its outputs, split off that module and pure like it:
+``Detector.receive`` too must let a bad sender or message reach its checks),
+``topics._srpt`` and ``p2p.sim._detsim`` (baselines and test harnesses, off
+the hot paths)."""
 
 _ROOT = Path(__file__).resolve().parent.parent
 

@@ -171,6 +171,19 @@ Guarantees (no message loss)
   so the driver restarts the upper layers and calls :meth:`Detector.reincarnate`)
   and meanwhile refutes with the next even counter, which spreads like any
   correction.
+
+Layout
+------
+The messages and their wire format live in :mod:`vcube._detmsg`, the outputs
+and :class:`~vcube._detout.DetectorStats` in :mod:`vcube._detout`; this
+module keeps the configuration and the state machine.  :class:`Detector`
+stays one class (about 700 lines): probing, expiry, gossip and verdicts read
+and write the same per-node tables.  An entry change (:meth:`Detector._set`)
+drops the node's pending probe, sync point and round-trip estimate and
+invalidates the view the probes follow; an expiry ends in such a change; a
+merged accusation may send a probe (:meth:`Detector._doubt`).  A base class
+holding one half would have to call back into the other through abstract
+methods: the two halves would depend on each other.
 """
 
 from __future__ import annotations
@@ -179,6 +192,29 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
 
+from vcube._detmsg import DetectorMessage, Entry, Probe, Push, Reply, _check_message, _is_uint
+from vcube._detout import (
+    _CHECKS,
+    _DOUBTS,
+    _PROBES,
+    _PUSHES,
+    _RECEIVED,
+    _REPLIES,
+    _REVIVALS,
+    _ROUNDS,
+    _SENT,
+    _TIMEOUTS,
+    Corrected,
+    DetectorOutput,
+    DetectorStats,
+    Joined,
+    Left,
+    Reported,
+    Restarted,
+    SelfSuspected,
+    SendDetector,
+    Suspected,
+)
 from vcube._errors import DetectorError, RemoteDetectorError
 from vcube._timing import ProbeTimeouts
 from vcube._topology import ID_BITS, MAX_ID, cluster, partition_sorted
@@ -245,271 +281,6 @@ class DetectorConfig:
             raise DetectorError(f"push must be a bool, got {self.push!r}")
         if self.max_timeout is not None and self.max_timeout < self.timeout:
             raise DetectorError(f"max_timeout must be >= timeout, got {self.max_timeout!r}")
-
-
-# ----------------------------------------------------------------- messages --
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """What a node knows of ``node``: its ``incarnation`` and event ``counter``."""
-
-    node: int
-    incarnation: int
-    counter: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Probe:
-    """A test: "are you alive, and what changed since your version ``since``?".
-
-    ``incarnation`` and ``version`` are the prober's own; ``target`` is the
-    incarnation of the probed node the prober knows (``since`` counts only for
-    that incarnation).
-    """
-
-    round: int
-    incarnation: int
-    version: int
-    target: int
-    since: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    """Answer to the probe of ``round``: the replier's ``incarnation``, the
-    ``version`` the ``entries`` bring the prober up to, and those entries."""
-
-    round: int
-    incarnation: int
-    version: int
-    entries: tuple[Entry, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Push:
-    """Entries sent unasked down a VCube broadcast tree: the sender's
-    ``incarnation`` and current ``version`` (not a sync point: a push holds
-    only the entries that changed), and the changed ``entries``.
-
-    The receiver merges them like a reply's and forwards them to its first
-    correct node of every cluster below ``CLUSTER(receiver, sender)``.
-    """
-
-    incarnation: int
-    version: int
-    entries: tuple[Entry, ...] = ()
-
-
-DetectorMessage = Probe | Reply | Push
-
-
-# ------------------------------------------------------------------ outputs --
-
-
-@dataclass(frozen=True, slots=True)
-class SendDetector:
-    """Send ``msg`` to ``dest``."""
-
-    dest: int
-    msg: DetectorMessage
-
-
-@dataclass(frozen=True, slots=True)
-class Joined:
-    """``node`` (at ``incarnation``) is now a member, believed correct."""
-
-    node: int
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Left:
-    """``node`` left gracefully and is forgotten."""
-
-    node: int
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Suspected:
-    """``node`` at ``incarnation`` is now suspected (treat that incarnation as crashed)."""
-
-    node: int
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Corrected:
-    """``node`` at ``incarnation`` was wrongly suspected and is believed correct again."""
-
-    node: int
-    incarnation: int
-
-
-@dataclass(frozen=True, slots=True)
-class Restarted:
-    """``node`` came back as incarnation ``new``; ``old`` is gone for good."""
-
-    node: int
-    old: int
-    new: int
-
-
-@dataclass(frozen=True, slots=True)
-class SelfSuspected:
-    """This node read ``(incarnation, counter)`` about itself: it was suspected
-    (same incarnation, higher counter) or the network holds a newer incarnation
-    of its id.  The driver should restart the upper layers and call
-    :meth:`Detector.reincarnate` with an incarnation above ``incarnation``."""
-
-    incarnation: int
-    counter: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reported:
-    """A message said ``node``'s ``incarnation`` is suspected, and this detector
-    does not know ``node`` (it never joined, or left): not a member here, but
-    the driver may treat that incarnation as crashed (a node that learns of a
-    subscriber only through another node's view must also learn that it died).
-    Reported once per node and incarnation."""
-
-    node: int
-    incarnation: int
-
-
-DetectorOutput = (
-    SendDetector | Joined | Left | Suspected | Corrected | Restarted | SelfSuspected | Reported
-)
-
-
-@dataclass(frozen=True, slots=True)
-class DetectorStats:
-    """Cumulative counters for measurement.
-
-    ``checks`` counts liveness checks (one per monitored node per tick, whether
-    traffic answered it or a probe was needed); ``probes`` the checks that sent
-    a :class:`Probe`; ``timeouts`` the suspicions this node raised itself;
-    ``pushes`` the :class:`Push` messages sent (its own and forwarded ones;
-    their entries count in ``entries_sent``); ``revivals`` the probes sent
-    to suspected nodes (:attr:`DetectorConfig.revive`, counted in ``probes`` too);
-    ``doubts`` the accusations held back because the accused was heard from
-    within a timeout (:meth:`Detector._doubt`).
-    """
-
-    rounds: int
-    checks: int
-    probes: int
-    replies: int
-    entries_sent: int
-    entries_received: int
-    timeouts: int
-    pushes: int
-    revivals: int
-    doubts: int
-
-
-_ROUNDS, _CHECKS, _PROBES, _REPLIES, _SENT, _RECEIVED, _TIMEOUTS, _PUSHES, _REVIVALS, _DOUBTS = (
-    range(10)
-)
-"""Indices of the counters behind :class:`DetectorStats`, in its field order."""
-
-# -------------------------------------------------------------- wire format --
-
-_PROBE, _REPLY, _PUSH = 0, 1, 2
-
-
-def encode_detector(msg: DetectorMessage) -> list[object]:
-    """The CBOR-ready form of ``msg``: ``[0, round, incarnation, version, target,
-    since]``, ``[1, round, incarnation, version, [node, inc, counter, ...]]`` or
-    ``[2, incarnation, version, [node, inc, counter, ...]]``."""
-    if isinstance(msg, Probe):
-        return [_PROBE, msg.round, msg.incarnation, msg.version, msg.target, msg.since]
-    flat = [x for e in msg.entries for x in (e.node, e.incarnation, e.counter)]
-    if isinstance(msg, Push):
-        return [_PUSH, msg.incarnation, msg.version, flat]
-    return [_REPLY, msg.round, msg.incarnation, msg.version, flat]
-
-
-def decode_detector(obj: object, *, max_entries: int = 4096) -> DetectorMessage:
-    """Inverse of :func:`encode_detector`; raises :class:`RemoteDetectorError` on anything
-    else (wrong shape, unknown kind, non-integer or out-of-range fields, too many
-    entries)."""
-    if not isinstance(obj, list | tuple) or not obj:
-        raise RemoteDetectorError("detector message must be a non-empty array")
-    kind, fields = obj[0], list(obj[1:])
-    if not _is_uint(kind):
-        raise RemoteDetectorError(f"detector message kind must be an integer, got {kind!r}")
-    if kind == _PROBE and len(fields) == 5:
-        r, inc, ver, target, since = fields
-        msg: DetectorMessage = Probe(
-            round=r, incarnation=inc, version=ver, target=target, since=since
-        )
-    elif kind == _REPLY and len(fields) == 4:
-        r, inc, ver, flat = fields
-        msg = Reply(round=r, incarnation=inc, version=ver, entries=_entries_of(flat, max_entries))
-    elif kind == _PUSH and len(fields) == 3:
-        inc, ver, flat = fields
-        msg = Push(incarnation=inc, version=ver, entries=_entries_of(flat, max_entries))
-    else:
-        raise RemoteDetectorError(f"unknown detector message kind or arity: {kind!r}")
-    _check_message(msg, max_entries)
-    return msg
-
-
-def _entries_of(flat: object, max_entries: int) -> tuple[Entry, ...]:
-    """Entries from a flat ``[node, inc, counter, ...]`` array (checked by the caller)."""
-    if not isinstance(flat, list | tuple) or len(flat) % 3:
-        raise RemoteDetectorError("entries must be a flat array of triples")
-    if len(flat) // 3 > max_entries:
-        raise RemoteDetectorError(f"message holds {len(flat) // 3} entries, limit {max_entries}")
-    return tuple(Entry(flat[k], flat[k + 1], flat[k + 2]) for k in range(0, len(flat), 3))
-
-
-def _is_uint(x: object) -> bool:
-    """An ``int`` (not ``bool``) in ``[0, 2^64)``: every field of the protocol."""
-    return type(x) is int and 0 <= x <= MAX_ID
-
-
-def _check_message(msg: object, max_entries: int) -> None:
-    """Raise :class:`RemoteDetectorError` unless ``msg`` is a well-formed
-    :class:`Probe`, :class:`Reply` or :class:`Push` within ``max_entries``.  Reads only."""
-    if isinstance(msg, Probe):
-        fields: tuple[object, ...] = (
-            msg.round,
-            msg.incarnation,
-            msg.version,
-            msg.target,
-            msg.since,
-        )
-    elif isinstance(msg, Reply):
-        fields = (msg.round, msg.incarnation, msg.version)
-        _check_entries(msg.entries, max_entries)
-    elif isinstance(msg, Push):
-        fields = (msg.incarnation, msg.version)
-        _check_entries(msg.entries, max_entries)
-    else:
-        raise RemoteDetectorError(f"unknown detector message kind {type(msg).__name__}")
-    if not all(_is_uint(f) for f in fields):
-        raise RemoteDetectorError(f"detector message fields must be uint64: {msg!r}")
-
-
-def _check_entries(entries: object, max_entries: int) -> None:
-    """Entries must be a tuple of at most ``max_entries`` :class:`Entry`, uint64
-    fields, each node at most once."""
-    if not isinstance(entries, tuple):
-        raise RemoteDetectorError("entries must be a tuple")
-    if len(entries) > max_entries:
-        raise RemoteDetectorError(f"message holds {len(entries)} entries, limit {max_entries}")
-    nodes: set[object] = set()
-    ok = _is_uint
-    for e in entries:
-        if type(e) is not Entry or not (ok(e.node) and ok(e.incarnation) and ok(e.counter)):
-            raise RemoteDetectorError(f"bad entry {e!r}")
-        nodes.add(e.node)
-    if len(nodes) != len(entries):
-        raise RemoteDetectorError("entries list a node twice")
 
 
 # ----------------------------------------------------------------- detector --

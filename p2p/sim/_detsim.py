@@ -12,7 +12,7 @@ Node ``i`` ticks at ``phase_i + k * interval`` (``phase_i`` uniform in
 ``[k * interval, (k + 1) * interval)``, and, like the runtime, calls
 :meth:`Detector.expire` at :meth:`Detector.deadline` (``deadline_expiry=False``:
 probes expire only at ticks).  Every message takes an independent one-way
-delay from :class:`Delays`; a :class:`~vcube._detector.Push` is lost with
+delay from :class:`Delays`; a :class:`~vcube._detmsg.Push` is lost with
 probability ``push_loss`` (nothing else is ever lost).  A crashed node stops
 ticking and drops what it receives; what it sent before still arrives.  With
 ``data=True`` every node also sends one data frame per round to each node it

@@ -77,6 +77,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from p2p.telemetry._accum import window_start
 from p2p.telemetry._generate import parse_time
 from p2p.telemetry._listing import (
     LAYOUT,
@@ -101,7 +102,7 @@ from p2p.telemetry._spark import (
     write_text,
 )
 from p2p.telemetry._tables import TABLES, _schemas, merge_outputs, write_tables
-from p2p.telemetry._task import _run_task, _TaskConfig, window_start
+from p2p.telemetry._task import _run_task, _TaskConfig
 
 if TYPE_CHECKING:
     from pyspark import SparkContext

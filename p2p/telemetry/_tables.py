@@ -21,7 +21,7 @@ from p2p.telemetry._spark import local_path, scheme
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import DataType, StructType
-from p2p.telemetry._task import (
+from p2p.telemetry._accum import (
     _FLEET_NODE,
     DEVICE_COUNTERS,
     FLEET_FIELDS,
