@@ -15,8 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_INTERNALS = {
     # Benchmarks of internals that have no public name: the telemetry job's
     # parsers and tables, the simulator's frames, the runtime's payload stamp,
-    # the recorder the runtime benchmark drives, the build probe.
+    # the recorder the runtime benchmark drives, the build probe, the
+    # detector's own network harness.
     ("bench/_common.py", "p2p._build"),
+    ("bench/detector_sim.py", "p2p.sim._detsim"),
     ("bench/runtime.py", "p2p._build"),
     ("bench/runtime.py", "p2p.runtime._delivery"),
     ("bench/runtime.py", "p2p.telemetry._recorder"),
