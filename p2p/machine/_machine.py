@@ -186,8 +186,6 @@ class NodeMachine(_Fleet):
         self.frames = ReceiveLog()
         """Per peer, the link and the last frame number handled: a frame sent again
         after a reconnection is dropped (:meth:`frame_fresh`)."""
-        self._pending: Out = []
-        """Outputs of :meth:`hand` (a RESUME), for :meth:`take_pending`."""
         self.records_learned = 0
         self.record = b""
         """This node's own signed record (set by the driver; no record, no gossip)."""
@@ -237,11 +235,11 @@ class NodeMachine(_Fleet):
 
     def subscribe(self, topic: str, now: float) -> Out:
         """Join ``topic`` (raises the core's ``LocalProtocolError`` on misuse)."""
-        out: Out = cast(Out, self.core.subscribe(topic, now))
+        out = self._handed(cast(Out, self.core.subscribe(topic, now)), now)
         self.topics.add(topic)
         if self.detector is not None:  # a topic taken up again: what it missed meanwhile
             for source in sorted(self.alive):
-                out += self._sent(self.recovery.rejoined(source, {topic}, now))
+                out += self._sent(self.recovery.rejoined(source, {topic}, now), now)
         return out
 
     def preset_subscription(self, topic: str, subscribers: list[int], shared: PresetView) -> None:
@@ -253,7 +251,7 @@ class NodeMachine(_Fleet):
             self.topics.add(topic)  # replayed after a reincarnation
 
     def unsubscribe(self, topic: str, now: float) -> Out:
-        out: Out = cast(Out, self.core.unsubscribe(topic, now))
+        out = self._handed(cast(Out, self.core.unsubscribe(topic, now)), now)
         self.topics.discard(topic)
         self.frontier.forget(topic)
         self.recovery.forget(topic)
@@ -271,35 +269,46 @@ class NodeMachine(_Fleet):
                 f"less the {ENVELOPE_SIZE}-byte envelope)"
             )
         full = self.frontier.envelope(topic) + payload
-        out: Out = cast(Out, self.core.publish(topic, full, now))
+        out = self._handed(cast(Out, self.core.publish(topic, full, now)), now)
         self.frontier.published(topic)
         first = out[0]  # the core's Published leads its outputs
         if type(first) is Published:
             self.recovery.kept(topic, first.id, full, now)
         return out
 
-    def hand(self, d: Delivered, now: float) -> int:
-        """The core delivers another node's publication ``d``: how many of its
-        source's publications this node will not get before it (hand it to
-        the application now), or ``SKIP`` / ``HELD`` (negative: not now; a
-        :class:`Release` output hands a held one on).  A delivery behind a
-        member source asks it for the rest (``p2p.machine._recovery``): those
-        outputs wait for :meth:`take_pending`."""
-        source = d.id.source
-        member = self.detector is not None and source in self.alive
-        missed, out = self.recovery.hand(d, member, now)
-        if out:
-            self._pending += self._sent(out)
-        return missed
+    def _handed(self, out: Out, now: float) -> Out:
+        """The core's deliveries of other nodes' publications, each through the
+        frontier and the holds (``Recovery.hand``) as the core makes it, so in
+        the core's order, before anything later in the same call moves either.
 
-    def take_pending(self) -> Out:
-        """The outputs :meth:`hand` made (RESUMEs, releases): a driver carries them
-        out after the batch whose deliveries it handed, and calls this until
-        it returns nothing."""
-        out, self._pending = self._pending, []
-        return out
+        One to hand on now stays a ``Delivered`` (nothing missed before it) or
+        becomes a :class:`Release` (after ``missed`` publications of its source
+        this node will not get); one held for a resume, or delivered already,
+        goes; the RESUME a gap calls for follows it.  A payload too short for
+        the envelope stays as it is (no honest member sends one: the driver
+        drops it)."""
+        for o in out:
+            if type(o) is Delivered and not o.own:
+                break
+        else:
+            return out
+        result: Out = []
+        recovery, alive, detector = self.recovery, self.alive, self.detector
+        for o in out:
+            if type(o) is not Delivered or o.own or len(o.payload) < ENVELOPE_SIZE:
+                result.append(o)
+                continue
+            member = detector is not None and o.id.source in alive
+            missed, more = recovery.hand(o, member, now)
+            if missed == 0:
+                result.append(o)
+            elif missed > 0:
+                result.append(Release(o, missed))
+            if more:
+                result += self._sent(more, now)
+        return result
 
-    def _sent(self, items: Iterable[Any]) -> Out:
+    def _sent(self, items: Iterable[Any], now: float) -> Out:
         """Recovery's outputs as machine outputs: ``(dest, control)`` pairs become
         :class:`SendControl`; a :class:`Release` stays, and a recovered one
         counts as delivered in the core (``VCubePS.recovered``), followed by
@@ -311,7 +320,9 @@ class NodeMachine(_Fleet):
                 continue
             out.append(o)
             if type(o) is Release and o.recovered:
-                out += self.core.recovered(o.delivery.topic, o.delivery.id)
+                out += self._handed(
+                    cast(Out, self.core.recovered(o.delivery.topic, o.delivery.id)), now
+                )
         return out
 
     def link_opened(self, peer: int, hello: Hello) -> None:
@@ -352,7 +363,7 @@ class NodeMachine(_Fleet):
             and (peer not in self.dead or peer in self.alive)
         ):
             try:
-                return cast(Out, self.core.receive(peer, packets[0], now))
+                return self._handed(cast(Out, self.core.receive(peer, packets[0], now)), now)
             except _REMOTE_ERRORS as exc:
                 return [Refused(peer, str(exc))]
         out: Out = []
@@ -365,7 +376,7 @@ class NodeMachine(_Fleet):
                 out += self.restarted_by(peer, incs, now)
             core = self.core
             for packet in packets:
-                out += core.receive(peer, packet, now)
+                out += self._handed(cast(Out, core.receive(peer, packet, now)), now)
             for msg in body.control:
                 out += self._control(peer, msg, now)
         except _REMOTE_ERRORS as exc:
@@ -426,12 +437,14 @@ class NodeMachine(_Fleet):
             member = sender not in self.revoked and (sender in self.incs or sender in self.peers)
             found = self.core.unsettled(msg.topic, sender, self.incs.get(sender, -1))
             if found is None:
-                return self._sent(self.recovery.answer(sender, msg, member, now))
+                return self._sent(self.recovery.answer(sender, msg, member, now), now)
             first, owed = found
             unsettled = MsgId(self.id, self.incarnation, first)
-            return self._sent(self.recovery.answer(sender, msg, member, now, unsettled, not owed))
+            return self._sent(
+                self.recovery.answer(sender, msg, member, now, unsettled, not owed), now
+            )
         if isinstance(msg, Replay):
-            return self._sent(self.recovery.replayed(sender, msg, now))
+            return self._sent(self.recovery.replayed(sender, msg, now), now)
         if self.detector is None or not isinstance(msg, Probe | Reply | Push):
             return []
         # The frames heard so far first: whether an accusation is believed
@@ -566,7 +579,7 @@ class NodeMachine(_Fleet):
             self._next_round = next_round
         else:
             out += self._on_detector(det.expire(now), now)
-        return out + self._sent(self.recovery.expire(now))
+        return out + self._sent(self.recovery.expire(now), now)
 
     def _flush(self, now: float) -> Out:
         """Hand the peers heard from to the detector.
@@ -624,10 +637,10 @@ class NodeMachine(_Fleet):
             out.append(MemberUp(node, inc, reason))
         elif before is not None and inc > before:
             out.append(MemberUp(node, inc, "restarted"))
-        out += self.core.joined(node, inc, now)
+        out += self._handed(cast(Out, self.core.joined(node, inc, now)), now)
         if out and type(out[0]) is MemberUp and self.detector is not None:
             # Back in the view, or a new life: what it published meanwhile.
-            out += self._sent(self.recovery.rejoined(node, self.topics, now))
+            out += self._sent(self.recovery.rejoined(node, self.topics, now), now)
         return out
 
     def _down(self, node: int, inc: int, reason: str, now: float) -> Out:
@@ -644,9 +657,9 @@ class NodeMachine(_Fleet):
         if was_up:  # only the life its frame numbers belong to: a newer one's link keeps them
             self.frames.forget(node)
         out: Out = [MemberDown(node, inc, reason, was_up)]
-        out += self.core.crashed(node, inc, now)
+        out += self._handed(cast(Out, self.core.crashed(node, inc, now)), now)
         if was_up:
-            out += self._sent(self.recovery.gone(node, now))
+            out += self._sent(self.recovery.gone(node, now), now)
         return out
 
     def _overlay_changed(self) -> None:
@@ -691,9 +704,9 @@ class NodeMachine(_Fleet):
             if inc > max(0, self.dead.get(node, -1)):
                 # Its older lives crashed: a late view entry of one is no member
                 # (else it stays in the view for good: partial fuzz seed 404153).
-                out += self.core.joined(node, inc, now)
+                out += self._handed(cast(Out, self.core.joined(node, inc, now)), now)
         for topic in sorted(self.topics):
-            out += self.core.subscribe(topic, now)
+            out += self._handed(cast(Out, self.core.subscribe(topic, now)), now)
         return out
 
 

@@ -100,8 +100,9 @@ class _Driver(_NodeState):
         The per-publication outputs are tested first, on the exact type (a
         received round yields two per publication); every other type of the
         closed union :data:`~p2p.machine.NodeOutput` has its handler in
-        :meth:`_handlers`.  Then what the deliveries made the machine ask for
-        (:meth:`~p2p.machine.NodeMachine.take_pending`).
+        :meth:`_on`.  A ``Delivered`` has been through the machine's frontier
+        and holds already (nothing missed before it); a :class:`Release`
+        carries what was missed, or was held or recovered.
         """
         recording = self.recorder is not None
         if recording:  # one clock read per batch (``now``, if the caller has one)
@@ -122,10 +123,6 @@ class _Driver(_NodeState):
         if self._arrived is not None:  # held back past its batch: timed from now
             self._received_at[self._arrived] = self._now
             self._arrived = None
-        pending = self.machine.take_pending()
-        if pending:  # what the deliveries asked for (a RESUME)
-            self._handle(pending, now)
-            return
         if self._eager and not self._stepping:
             self._write_eager()
         if self._frontier_store is not None:  # once per batch: the check is inside
@@ -293,28 +290,22 @@ class _Driver(_NodeState):
             self.recorder.acked_since(o.topic, self._now, [pop(mid, None) for mid in o.ids])
 
     def _deliver(self, d: Delivered) -> None:
-        """The core delivers ``d``: on to the application unless the machine
-        holds it (its source's earlier publications are asked for) or has
-        delivered it already (``HELD``, ``SKIP``)."""
-        if len(d.payload) < _HEAD:  # no honest member sends this
+        """The machine delivers ``d`` (through its frontier: nothing missed before
+        it): on to the application, unless its payload lacks the envelope and
+        stamp (no honest member sends that)."""
+        if len(d.payload) < _HEAD:
             self.stats["malformed_payload"] += 1
             log.error("publication %r on %r has no envelope: not delivered", d.id, d.topic)
             return
-        if d.own:
-            self._hand_on(d, 0)
-            return
-        missed = self.machine.hand(d, trio.current_time())
-        if missed >= 0:
-            self._hand_on(d, missed)
+        self._hand_on(d, 0)
 
     def _released(self, o: Release) -> None:
-        """A delivery the machine held, or one recovered from its source's
-        history (whose payload no core checked: checked here as
-        :meth:`_deliver` checks the core's)."""
+        """A delivery after a gap, one the machine held, or one recovered from
+        its source's history (each checked as :meth:`_deliver` checks)."""
+        if len(o.delivery.payload) < _HEAD:
+            self.stats["malformed_payload"] += 1
+            return
         if o.recovered:
-            if len(o.delivery.payload) < _HEAD:
-                self.stats["malformed_payload"] += 1
-                return
             self.stats["recovered"] += 1
         self._hand_on(o.delivery, o.missed)
 

@@ -18,7 +18,7 @@ waits in the queue for its end instant (``_World._defers``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Self, cast
+from typing import Any, Self, cast
 
 from p2p._errors import P2PError
 from p2p.machine import Frontier, MachineOutput, NodeMachine, Refused, Release
@@ -212,15 +212,17 @@ class _Nodes(_World):
             clock.committed = at
         listeners = self.listeners
         sends: list[Send] = []
+        machine = self.machines.get(node)
+        others: list[Any] = []  # a machine's own outputs: the membership driver's
         for o in outputs:
             if isinstance(o, Send):
                 sends.append(o)
                 continue
             if isinstance(o, Delivered):
-                if not o.own:  # the envelope's ordinal: a gap before this delivery?
-                    missed = self._hand(node, o, at)
+                if not o.own and machine is None:  # a gap before this delivery?
+                    missed = self._frontier(node).delivered(o.topic, o.id.source, o.payload)
                     if missed < 0:
-                        continue  # held, or delivered already
+                        continue  # delivered already
                     if missed:
                         rec.gap(at, node, o.topic, o.id.source, missed)
                 rec.delivered(at, node, o.topic, o.id, o.own)
@@ -236,25 +238,19 @@ class _Nodes(_World):
                 rec.dropped(at, node, o.topic, o.count, o.reason)
             elif isinstance(o, Held):
                 rec.held(at, node, o.child, o.ids)
+            elif type(o) is Release:  # after a gap (a machine's frontier counted it)
+                self.released(node, at, o)
+                continue
+            elif isinstance(o, MachineOutput):
+                others.append(o)
+                continue
             if listeners:
                 for listener in listeners:
                     listener(self, node, at, o)
         if sends:
             self._ship(node, ready, sends)
-        machine = self.machines.get(node)
-        if machine is not None and self._members is not None:
-            pending = machine.take_pending()
-            if pending:
-                self._members.carry_out(node, at, pending)
-
-    def _hand(self, node: int, d: Delivered, at: float) -> int:
-        """What the node's machine makes of the core's delivery ``d`` (missed
-        before it, or negative: held or skipped); without a machine, the
-        engine's own frontier counts."""
-        machine = self.machines.get(node)
-        if machine is not None:
-            return machine.hand(d, at)
-        return self._frontier(node).delivered(d.topic, d.id.source, d.payload)
+        if others and self._members is not None:  # a RESUME a gap calls for
+            self._members.carry_out(node, at, others)
 
     def released(self: Self, node: int, at: float, o: Release) -> None:
         """The machine hands on a recovered or held delivery."""
