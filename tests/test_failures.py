@@ -511,6 +511,18 @@ def test_the_partial_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> N
     assert run_one(seed, recover=True, tpp_stdev=tpp_stdev, partial=True)["broke"] == []
 
 
+def test_a_late_publication_of_a_restarted_source_is_handed_on() -> None:
+    """Recover fuzz seed 1672 (the oracle, 3,000 +- 3,000 u.t.): node 4 held
+    node 0's (0, 3) for its causal past until t=6075; node 0 had restarted
+    meanwhile and node 4 had delivered the new process's (0, 5).  The core
+    delivered (0, 3) at last, and the frontier dropped it as behind the new
+    epoch: lost without a count, while nodes 1 and 3 had it.  A previous
+    epoch's late publication is now handed on once (``Frontier._late``)."""
+    from bench.failure_fuzz import run_one
+
+    assert run_one(1672, recover=True)["broke"] == []
+
+
 def test_a_blind_subscription_is_not_handed_what_it_skipped() -> None:
     """Partial fuzz seed 1090: node 1's subscription, confirmed knowing nobody,
     delivers only what follows its own op (``blind``); it skipped node 6's

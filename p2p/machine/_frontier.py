@@ -55,6 +55,11 @@ class Frontier:
         """Per topic, the ordinal of this node's next publication."""
         self._last: dict[str, dict[int, tuple[int, int]]] = {}
         """Per topic and source, the envelope delivered last."""
+        self._older: dict[tuple[str, int], tuple[int, int]] = {}
+        """Per topic and source whose epoch moved on here, the envelope of the
+        previous epoch delivered last: the older process's publications that
+        the core delivers late (they waited for their causal past) are each
+        handed on once."""
         self.missed = 0
         """Publications counted as missed, over all topics and sources."""
         self.changes = 0
@@ -90,17 +95,33 @@ class Frontier:
                 mine[source] = (epoch, ordinal)
                 self.changes += 1
                 return 0
+            if epoch < last_epoch:
+                return self._late(topic, source, epoch, ordinal)
             missed = _between(last, epoch, ordinal)
             if missed < 0:
                 return SKIP
             if missed and hold:
                 return GAP
+            if epoch > last_epoch:
+                self._older[(topic, source)] = last
             mine[source] = (epoch, ordinal)
             self.changes += 1
             self.missed += missed
             return missed
         mine[source] = (epoch, ordinal)
         self.changes += 1
+        return 0
+
+    def _late(self, topic: str, source: int, epoch: int, ordinal: int) -> int:
+        """A publication of the source's previous epoch after its new epoch began
+        here (the core held it for its causal past, or its round was slow):
+        handed on once, past the newest of the older epochs delivered (0
+        missed: what those lost was counted when the new one began);
+        :data:`SKIP` for one at or behind it."""
+        older = self._older.get((topic, source))
+        if older is not None and (epoch, ordinal) <= older:
+            return SKIP
+        self._older[(topic, source)] = (epoch, ordinal)
         return 0
 
     def position(self, topic: str, source: int) -> tuple[int, int] | None:
@@ -116,6 +137,8 @@ class Frontier:
 
     def forget(self, topic: str) -> None:
         """The application left ``topic``: a later subscription starts afresh."""
+        for key in [k for k in self._older if k[0] == topic]:
+            del self._older[key]
         if self._last.pop(topic, None) is not None:
             self.changes += 1
 
