@@ -523,19 +523,6 @@ def test_a_late_publication_of_a_restarted_source_is_handed_on() -> None:
     assert run_one(1672, recover=True)["broke"] == []
 
 
-def test_a_blind_subscription_is_not_handed_what_it_skipped() -> None:
-    """Partial fuzz seed 1090: node 1's subscription, confirmed knowing nobody,
-    delivers only what follows its own op (``blind``); it skipped node 6's
-    (6, 2), not owed to it, and delivered node 3's (3, 3), which follows it.
-    Node 6's next publication then showed a gap, the machine resumed, and
-    the recovered (6, 2) reached the application after (3, 3): a causal
-    violation.  A recovered publication the core covers is not handed on
-    (``VCubePS.covers``); it is counted as missed."""
-    from bench.failure_fuzz import run_one
-
-    assert run_one(1090, recover=True, partial=True)["broke"] == []
-
-
 def test_a_resume_is_not_answered_with_a_round_still_on_its_way() -> None:
     """Partial fuzz seed 2100712 (``--tpp-stdev 900``): node 3, back as a new
     life, answered node 0's RESUME with a publication whose round was still

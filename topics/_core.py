@@ -46,7 +46,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from causal import CausalBuffer, MsgId
-from topics._delivery import _predates
 from topics._errors import AlreadySubscribedError, LocalProtocolError, NotSubscribedError
 from topics._events import Delivered, Dropped, Output, Published
 from topics._messages import PubMessage, ViewEntry
@@ -116,21 +115,6 @@ class VCubePS(_Receive):
             return []
         state.barrier.delivered(mid, (), ())
         return self._release(state, state.buffer.deliver(mid))
-
-    def covers(self, topic: str, mid: MsgId) -> bool:
-        """Whether a copy of publication ``mid`` from elsewhere (a resume) must not
-        reach the application: this subscription is ``blind`` (it delivers
-        only what follows its own op) and took ``mid`` as satisfied within
-        itself, so what it delivered may follow ``mid``.  One that predates
-        the subscription (below its bound, of a retired stream) is not
-        covered: a resume may bring it (a pure query)."""
-        state = self._topics.get(topic)
-        return (
-            state is not None
-            and state.blind
-            and state.buffer.satisfied(mid)
-            and not _predates(state, mid.source, mid.incarnation, mid.seq)
-        )
 
     def unsettled(self, topic: str, node: int, incarnation: int) -> tuple[int, bool] | None:
         """This incarnation's publications on ``topic`` whose rounds have not

@@ -180,9 +180,7 @@ class NodeMachine(_Fleet):
         self.frontier = Frontier(incarnation)
         """Ordinals of this node's publications and what it delivered per
         source: kept across its incarnations, so a loss is counted."""
-        self.recovery = Recovery(
-            node_id, self.frontier, recovery or RecoveryConfig(), self._covered
-        )
+        self.recovery = Recovery(node_id, self.frontier, recovery or RecoveryConfig())
         """This node's history as a publisher and its resumes as a subscriber
         (with a detector only: without one nobody leaves the view to come back)."""
         self.frames = ReceiveLog()
@@ -277,9 +275,6 @@ class NodeMachine(_Fleet):
         if type(first) is Published:
             self.recovery.kept(topic, first.id, full, now)
         return out
-
-    def _covered(self, topic: str, mid: MsgId) -> bool:
-        return self.core.covers(topic, mid)
 
     def _handed(self, out: Out, now: float) -> Out:
         """The core's deliveries of other nodes' publications, each through the

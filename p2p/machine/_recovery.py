@@ -137,19 +137,10 @@ class Recovery:
     module docstring).  Its outputs are ``(dest, control)`` pairs to send and
     :class:`Release` items, in order."""
 
-    def __init__(
-        self,
-        node_id: int,
-        frontier: Frontier,
-        config: RecoveryConfig,
-        covered: Callable[[str, MsgId], bool] = lambda topic, mid: False,
-    ) -> None:
+    def __init__(self, node_id: int, frontier: Frontier, config: RecoveryConfig) -> None:
         self.id = node_id
         self.frontier = frontier
         self.config = config
-        self.covered = covered
-        """Whether the node's core counts a publication as delivered or skipped
-        already (``VCubePS.covers``): a recovered copy of one is not handed on."""
         self.history = History(config.history)
         self._holds: dict[str, _Hold] = {}
         self._deps: dict[str, tuple[int, Deps]] = {}
@@ -437,7 +428,7 @@ class Recovery:
                 and self.frontier.behind(topic, source, d.payload)
             )
 
-        merge = _Merge(self.frontier, topic, hold, self.covered)
+        merge = _Merge(self.frontier, topic, hold)
         done = merge.run(again)
         self.stats["recovered"] += merge.recovered
         if done:
@@ -469,16 +460,9 @@ class _Merge:
     held deliveries go first.
     """
 
-    def __init__(
-        self,
-        frontier: Frontier,
-        topic: str,
-        hold: _Hold,
-        covered: Callable[[str, MsgId], bool],
-    ) -> None:
+    def __init__(self, frontier: Frontier, topic: str, hold: _Hold) -> None:
         self.frontier = frontier
         self.topic = topic
-        self.covered = covered
         self.replays = {
             s: deque(sorted(items, key=lambda item: envelope_of(item[0].payload)))
             for s, items in hold.replays.items()
@@ -529,11 +513,6 @@ class _Merge:
         d, _ = items.popleft()
         if not items:
             del self.replays[source]
-        if self.covered(self.topic, d.id):
-            # The core skipped it (not owed to this subscription, and what it
-            # delivered may follow it): handing it on now would break causal
-            # order.  Not delivered; the next delivery counts it as missed.
-            return
         self._through(d, recovered=True)
 
     def _met(self, deps: Deps) -> bool:
