@@ -511,6 +511,19 @@ def test_the_partial_fuzz_counterexamples_hold(seed: int, tpp_stdev: float) -> N
     assert run_one(seed, recover=True, tpp_stdev=tpp_stdev, partial=True)["broke"] == []
 
 
+def test_a_recovered_publication_never_follows_what_it_precedes() -> None:
+    """Partial fuzz seed 1090: node 1's subscription, confirmed knowing nobody,
+    delivers only what follows its own op; its core skipped node 6's (6, 2)
+    and delivered node 3's (3, 3), which follows it.  Node 6's next
+    publication showed a gap, the machine resumed, and the recovered (6, 2)
+    reached the application after (3, 3).  A recovered publication that
+    something already handed on directly follows (``Delivered.deps``) is not
+    handed on; it is counted as missed."""
+    from bench.failure_fuzz import run_one
+
+    assert run_one(1090, recover=True, partial=True)["broke"] == []
+
+
 def test_a_late_publication_of_a_restarted_source_is_handed_on() -> None:
     """Recover fuzz seed 1672 (the oracle, 3,000 +- 3,000 u.t.): node 4 held
     node 0's (0, 3) for its causal past until t=6075; node 0 had restarted

@@ -507,7 +507,7 @@ class _Delivery(_CoreBase):
                         work.extend(_cross(state, mid))
                     continue
             barrier.delivered(mid, msg.dep_lookup(), msg.op_deps)
-            out.append(Delivered(name, mid, msg.payload))
+            out.append(Delivered(name, mid, msg.payload, False, msg.deps))
             work.extend(deliver(mid))
             if bridges:
                 work.extend(_cross(state, mid))

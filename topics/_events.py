@@ -18,12 +18,16 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Delivered:
-    """A publication is handed to the application, in causal order per topic."""
+    """A publication is handed to the application, in causal order per topic;
+    ``deps``: the publications it directly follows (its causal barrier), so
+    a driver that could get one of those later from elsewhere (a resume)
+    knows it must not hand that one on after this one."""
 
     topic: str
     id: MsgId
     payload: bytes
     own: bool = False
+    deps: tuple[MsgId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

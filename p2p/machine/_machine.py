@@ -300,10 +300,9 @@ class NodeMachine(_Fleet):
                 continue
             member = detector is not None and o.id.source in alive
             missed, more = recovery.hand(o, member, now)
-            if missed == 0:
-                result.append(o)
-            elif missed > 0:
-                result.append(Release(o, missed))
+            if missed >= 0:
+                recovery.followed(o)
+                result.append(o if missed == 0 else Release(o, missed))
             if more:
                 result += self._sent(more, now)
         return result

@@ -44,6 +44,9 @@ HELD = -3
 ANSWER_BURST = 4
 """Answers a source gives one asker on one topic at once (then one per ``spacing``)."""
 
+NAMED_KEPT = 65536
+"""Most publications remembered per topic as followed by one handed on."""
+
 REPLAY_BYTES = 256 * 1024
 """Payload bytes past which an answer starts another REPLAY packet."""
 
@@ -146,6 +149,10 @@ class Recovery:
         self._deps: dict[str, tuple[int, Deps]] = {}
         """Per topic this node published on, its dependencies as of a count of
         frontier changes (recomputed only after a delivery)."""
+        self._named: dict[str, dict[MsgId, None]] = {}
+        """Per topic, publications that something handed on directly follows
+        (``Delivered.deps``): a copy of one from a resume can no longer go on
+        in causal order (bounded: :data:`NAMED_KEPT` per topic)."""
         self._answered: dict[tuple[int, str], tuple[float, float]] = {}
         """Per asker and topic: answers still allowed, and since when."""
         self.stats = {"resumes_sent": 0, "resumes_answered": 0, "resumes_refused": 0,
@@ -244,6 +251,19 @@ class Recovery:
         return True
 
     # ----------------------------------------------------- as subscriber --
+
+    def followed(self, d: Delivered) -> None:
+        """``d`` goes to the application: what it directly follows cannot go
+        after it (a resume's copy of one of those is not handed on)."""
+        if not d.deps:
+            return
+        named = self._named.get(d.topic)
+        if named is None:
+            named = self._named[d.topic] = {}
+        for dep in d.deps:
+            named[dep] = None
+        while len(named) > NAMED_KEPT:
+            del named[next(iter(named))]
 
     def hand(self, d: Delivered, member: bool, now: float) -> tuple[int, Sequence[Any]]:
         """A delivery of another node's publication from the core: the count of
@@ -428,7 +448,7 @@ class Recovery:
                 and self.frontier.behind(topic, source, d.payload)
             )
 
-        merge = _Merge(self.frontier, topic, hold)
+        merge = _Merge(self.frontier, topic, hold, self)
         done = merge.run(again)
         self.stats["recovered"] += merge.recovered
         if done:
@@ -460,9 +480,10 @@ class _Merge:
     held deliveries go first.
     """
 
-    def __init__(self, frontier: Frontier, topic: str, hold: _Hold) -> None:
+    def __init__(self, frontier: Frontier, topic: str, hold: _Hold, recovery: Recovery) -> None:
         self.frontier = frontier
         self.topic = topic
+        self.recovery = recovery
         self.replays = {
             s: deque(sorted(items, key=lambda item: envelope_of(item[0].payload)))
             for s, items in hold.replays.items()
@@ -513,6 +534,10 @@ class _Merge:
         d, _ = items.popleft()
         if not items:
             del self.replays[source]
+        if d.id in self.recovery._named.get(self.topic, ()):
+            # Something already handed on follows it: too late for causal
+            # order.  Not handed on; the next delivery counts it as missed.
+            return
         self._through(d, recovered=True)
 
     def _met(self, deps: Deps) -> bool:
@@ -542,4 +567,5 @@ class _Merge:
         missed = self.frontier.delivered(self.topic, d.id.source, d.payload)
         if missed != SKIP:
             self.recovered += recovered
+            self.recovery.followed(d)
             self.out.append(Release(d, missed, recovered))
