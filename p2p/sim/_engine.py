@@ -33,7 +33,7 @@ from p2p.sim._scenario import ACTIONS
 from p2p.sim._twin import Twins
 from p2p.sim._world import AGGREGATION, PROTOCOLS, Core, LinkDelay
 from topics import Event, Output, PubSubConfig, VCubePS, preset_view
-from vcube import DetectorConfig, Hypercube
+from vcube import DetectorConfig
 
 MEMBERSHIP = ("detector", "oracle")
 """``detector``: NodeMachine and the real failure detector; ``oracle``: bare cores
@@ -108,8 +108,6 @@ class Simulation(_Nodes):
             )
         self.detect_delay = detect_delay
         self.detect_jitter = detect_jitter
-        self._overlays: dict[frozenset[int], Hypercube] = {frozenset(node_ids): self.overlay}
-        """The oracle mode's overlays, one per member set (shared by the machines)."""
         self.pause_gc = True
         """Pause the cyclic garbage collector while :meth:`run` loops (see there)."""
         self.listeners = []
@@ -149,19 +147,12 @@ class Simulation(_Nodes):
             node,
             inc,
             make_core,
-            overlay=self._oracle_overlay,
+            overlay=self.shared_overlay,
             members=members,
             recovery=RecoveryConfig(history=HistoryLimits(count=0)),
             first_seq=first_seq,
             packets_admit=False,
         )
-
-    def _oracle_overlay(self, members: frozenset[int], version: int) -> Hypercube:
-        """One overlay per member set, shared by the machines that agree."""
-        got = self._overlays.get(members)
-        if got is None:
-            got = self._overlays[members] = Hypercube(members)
-        return got
 
     def _install(self, node: int, machine: NodeMachine) -> None:
         self.machines[node] = machine

@@ -35,7 +35,6 @@ from p2p.sim._links import Links
 from p2p.sim._recorder import summarize
 from p2p.sim._world import _World
 from topics import Output, RemoteProtocolError, VCubePS
-from vcube import Hypercube
 
 
 def _record(node: int, incarnation: int) -> bytes:
@@ -116,7 +115,6 @@ class _Membership:
         self.converged: bool | None = None
         self.timer_at: dict[int, float] = {}
         self.hinted: set[tuple[int, int, int]] = set()
-        self.overlays: dict[frozenset[int], Hypercube] = {frozenset(sim.ids): sim.overlay}
         self.detections: list[tuple[float, int, int, int, float | None]] = []
         """``(time, observer, suspected, incarnation, its crash time or None)``."""
         self.revoked: dict[int, float] = {}
@@ -166,7 +164,7 @@ class _Membership:
             inc,
             make_core,
             detector=self.cfg,
-            overlay=self._overlay,
+            overlay=self.sim.shared_overlay,
             members=members,
             verify=_verify,
             verify_revocations=_verify_revocations,
@@ -175,15 +173,6 @@ class _Membership:
             seed_backoff=SEED_BACKOFF * self.cfg.interval,
             first_seq=first_seq,
         )
-
-    def _overlay(self, members: frozenset[int], version: int) -> Hypercube:
-        """One overlay per member set, shared by the nodes that agree (bounded cache)."""
-        got = self.overlays.get(members)
-        if got is None:
-            if len(self.overlays) > 64:
-                self.overlays = {frozenset(self.sim.ids): self.sim.overlay}
-            got = self.overlays[members] = Hypercube(members)
-        return got
 
     def start(self) -> None:
         """Every node knows every other at incarnation 0, or (with introductions)

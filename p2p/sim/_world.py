@@ -127,6 +127,8 @@ class _World:
         self.link_delay = link_delay
         self.overlay = Hypercube(node_ids)
         self.ids = list(node_ids)
+        self._overlays: dict[frozenset[int], Hypercube] = {frozenset(node_ids): self.overlay}
+        """The machines' overlays, one per member set (a bounded cache)."""
         self.index = {n: i for i, n in enumerate(node_ids)}
         self.nodes: dict[int, Core] = {}
         """Each node's core (a ``NodeMachine``'s, for VCube-PS), read for views and stats."""
@@ -188,6 +190,16 @@ class _World:
         what the runtime's would."""
         self.segment: dict[int, str] = {}
         """Nodes moved off the unnamed network segment (PARTITION), by segment name."""
+
+    def shared_overlay(self, members: frozenset[int], version: int) -> Hypercube:
+        """One overlay per member set, shared by the machines that agree
+        (``NodeMachine``'s ``overlay``; a bounded cache)."""
+        got = self._overlays.get(members)
+        if got is None:
+            if len(self._overlays) > 64:
+                self._overlays = {frozenset(self.ids): self.overlay}
+            got = self._overlays[members] = Hypercube(members)
+        return got
 
     def _make(self, node: int, config: PubSubConfig | None, incarnation: int = 0) -> Core:
         """A new core for ``node`` (for VCube-PS, what its machine's ``make_core`` builds)."""
