@@ -29,8 +29,9 @@ from p2p.machine import (
     Release,
     SendControl,
     SendExchange,
+    Superseded,
 )
-from p2p.sim._frames import control_body
+from p2p.sim._frames import Frame, control_body, packets_body
 from p2p.sim._links import Links
 from p2p.sim._recorder import summarize
 from p2p.sim._world import _World
@@ -72,8 +73,8 @@ SEED_BACKOFF = 0.25
 
 class ElderRouting(Protocol):
     """What the detector mode asks of the ids started twice (``p2p.sim._twin.Twins``,
-    which drives this module's machines: declared here so that the import
-    only goes from ``_twin`` to ``_members``)."""
+    which routes events to their older processes: declared here so that the
+    import only goes from ``_twin`` to ``_members``)."""
 
     def catch(self, sender: int, node: int, life: int, what: tuple[Any, ...]) -> bool: ...
     def divert_control(self, src: int, dst: int, msg: Any, start: float) -> bool: ...
@@ -81,6 +82,87 @@ class ElderRouting(Protocol):
     def seen(self, node: int, life: int, about: int, inc: int) -> None: ...
     def new_life(self, observer: int, o: MemberUp, at: float) -> None: ...
     def any_running(self) -> bool: ...
+
+
+class Process(Protocol):
+    """One running process of a node id, as the driver loop
+    (:meth:`_Membership.drive`) sees it: its machine, and what each kind of
+    machine output does for it.  The id's newest process (:class:`_Newest`,
+    the engine's tables) records what it does in the trace; the older
+    process of an id started twice (``p2p.sim._twin.Elder``) counts it.
+    Every input reaches either through :meth:`_Membership.feed` or
+    :meth:`_Membership.frame`."""
+
+    node: int
+
+    @property
+    def machine(self) -> NodeMachine: ...
+    def send(self, o: SendControl | SendExchange | ExchangeWithSeed, start: float) -> None: ...
+    def up(self, o: MemberUp, at: float) -> None: ...
+    def down(self, o: MemberDown, at: float) -> None: ...
+    def reincarnated(self, o: Reincarnated, at: float) -> None: ...
+    def superseded(self, at: float) -> bool:
+        """Whether the process stops on reading that a newer start of its id runs."""
+
+    def released(self, o: Release, at: float) -> None: ...
+    def emit(self, at: float, ready: float, outputs: list[Output]) -> None:
+        """Core outputs made at ``at``; the CPU is busy and sends leave from ``ready``."""
+
+    def emit_frame(self, done: float, outputs: list[Any]) -> None:
+        """Everything the machine gave for a link packet handled by ``done``."""
+
+    def arm(self) -> None:
+        """Queue the machine's timer if it moved (the contract: re-read after every call)."""
+
+
+class _Newest:
+    """The newest process of ``node``: the one the engine's tables hold."""
+
+    __slots__ = ("members", "node")
+
+    def __init__(self, members: _Membership, node: int) -> None:
+        self.members = members
+        self.node = node
+
+    @property
+    def machine(self) -> NodeMachine:
+        return self.members.sim.machines[self.node]
+
+    def send(self, o: SendControl | SendExchange | ExchangeWithSeed, start: float) -> None:
+        self.members._send(self.node, o, start)
+
+    def up(self, o: MemberUp, at: float) -> None:
+        self.members._up(self.node, o, at)
+
+    def down(self, o: MemberDown, at: float) -> None:
+        self.members._down(self.node, o, at)
+
+    def reincarnated(self, o: Reincarnated, at: float) -> None:
+        self.members._reincarnated(self.node, o, at)
+
+    def superseded(self, at: float) -> bool:
+        """Never stops: no process of an id is newer than the newest."""
+        return False
+
+    def released(self, o: Release, at: float) -> None:
+        self.members.sim.released(self.node, at, o)
+
+    def emit(self, at: float, ready: float, outputs: list[Output]) -> None:
+        if outputs:
+            sim = self.members.sim
+            clock = sim.clocks[self.node]
+            clock.cpu_free = max(clock.cpu_free, ready)
+            sim._emit(self.node, at, ready, outputs)
+
+    def emit_frame(self, done: float, outputs: list[Any]) -> None:
+        """Through the engine's packet path (``_World._emit``), which hands the
+        machine's own outputs back to :meth:`_Membership.carry_out`."""
+        sim = self.members.sim
+        sim._emit(self.node, done, done, cast(list[Output], outputs))
+        sim.recorder.pending_max[self.node] = self.machine.core.pending_max
+
+    def arm(self) -> None:
+        self.members._arm(self.node)
 
 
 class _Halt(Exception):  # noqa: N818 (control flow, not an error)
@@ -132,6 +214,14 @@ class _Membership:
         PARTITION scheduled): a member that leaves a view drops its link."""
         self.twins: ElderRouting | None = None
         """The ids started twice, once the engine made them (the first TWIN)."""
+        self._newest: dict[int, _Newest] = {}
+
+    def newest(self, node: int) -> _Newest:
+        """``node``'s newest process, for :meth:`drive`, :meth:`feed` and :meth:`frame`."""
+        p = self._newest.get(node)
+        if p is None:
+            p = self._newest[node] = _Newest(self, node)
+        return p
 
     # ------------------------------------------------------------ machines --
 
@@ -212,10 +302,7 @@ class _Membership:
         if type(msg) is not ExchangeWithSeed or src in sim.down:
             return
         if reached:
-            self._carry_out(
-                src, sim.now, sim.machines[src].seed_reached(msg.address, dest, sim.now)
-            )
-            self._arm(src)
+            self.carry_out(src, sim.now, sim.machines[src].seed_reached(msg.address, dest, sim.now))
             return
         item = (src, sim.incarnation[src], dest)
         self._push(sim.now + self._delay(dest, src), sim._SEED, item)
@@ -313,8 +400,7 @@ class _Membership:
             if sim.severed(node, about):
                 pass  # the announcement does not cross a partition
             elif node not in sim.down and life == sim.incarnation[node]:
-                self._carry_out(node, sim.now, sim.machines[node].learn(about, inc, sim.now))
-                self._arm(node)
+                self.feed(self.newest(node), sim._SEEN, (about, inc), sim.now)
             elif self.twins is not None:  # an older process of an id started twice hears it
                 self.twins.seen(node, life, about, inc)
         else:
@@ -324,24 +410,20 @@ class _Membership:
             if kind == sim._HINT:
                 self._input(node, sim._HINT, (about,))
             else:  # a seed exchange that failed
-                self._carry_out(node, sim.now, sim.machines[node].seed_failed(str(about), sim.now))
-                self._arm(node)
+                self.feed(self.newest(node), sim._SEED, (about,), sim.now)
 
-    def restart_seen(self, node: int, sender: int, at: float) -> None:
-        """Core packets from ``sender``, which ``node`` believes crashed: in the
+    def _record_of(self, m: NodeMachine, sender: int, at: float) -> list[Any]:
+        """Core packets from ``sender``, which ``m`` believes crashed: in the
         runtime the first frame of every connection carries its dialler's
-        record, and a restarted node dials anew, so ``node`` learns the
-        sender's current incarnation before the packets reach its core (a
-        relay's packets too, not only rounds it started: a relayed round
-        from an unknown life was dropped and its ACK wave never completed)."""
+        record, and a restarted node dials anew, so ``m`` learns the sender's
+        current incarnation before the packets reach its core (a relay's
+        packets too, not only rounds it started: a relayed round from an
+        unknown life was dropped and its ACK wave never completed)."""
         sim = self.sim
-        m = sim.machines[node]
         inc = sim.incarnation[sender]
         if sim.introductions is None:
-            out = m.learn(sender, inc, at)
-        else:
-            _, out = m.add_peer(*_verify(_record(sender, inc)), at)
-        self._carry_out(node, at, out)
+            return m.learn(sender, inc, at)
+        return m.add_peer(*_verify(_record(sender, inc)), at)[1]
 
     def honest(self, out: list[Any]) -> list[Any]:
         """``out`` of ``NodeMachine.receive``, after checking that no member broke
@@ -363,8 +445,7 @@ class _Membership:
             sim.recorder.revoked(sim.now, other)
         if node not in sim.down:
             m = sim.machines[node]
-            self._carry_out(node, sim.now, m.adopt_revocations(blob, sim.now))
-            self._arm(node)
+            self.carry_out(node, sim.now, m.adopt_revocations(blob, sim.now))
 
     def hint(self, node: int, about: int) -> None:
         """A scenario's HINT: ``node``, if up, hears ``about`` may be gone."""
@@ -399,55 +480,88 @@ class _Membership:
         self.run_input(node, kind, args, start)
 
     def run_input(self, node: int, kind: int, args: tuple[Any, ...], start: float) -> None:
-        sim = self.sim
-        m = sim.machines[node]
+        """An input to ``node``'s newest process (``_input``, or deferred by it)."""
+        self.feed(self.newest(node), kind, args, start)
+
+    def feed(self, p: Process, kind: int, args: tuple[Any, ...], start: float) -> None:
+        """One input to process ``p``'s machine at ``start``: a timer, a control
+        message, an announcement, a hint or a failed seed exchange (a link
+        packet goes through :meth:`frame`).  Its outputs are carried out
+        (:meth:`drive`) and its timer re-read, for every process alike."""
+        sim, m = self.sim, p.machine
         if kind == sim._TIMER:
             out = m.handle_timer(start)
         elif kind == sim._CONTROL:
             sender, msg = args
             out = self.honest(m.receive(sender, control_body(msg), start))
+        elif kind == sim._SEEN:
+            out = m.learn(args[0], args[1], start)
+        elif kind == sim._SEED:
+            out = m.seed_failed(str(args[0]), start)
         else:
             out = m.hint(args[0], start)
-        self._carry_out(node, start, out)
-        self._arm(node)
+        self.drive(p, start, out)
+        p.arm()
+
+    def frame(self, p: Process, sender: int, packet: Frame, done: float) -> None:
+        """A link packet from ``sender`` reaches process ``p``, its CPU time paid
+        by ``done``: ``NodeMachine.receive``, the runtime's door.  A sender
+        ``p`` believes crashed shows its new life first (:meth:`_record_of`)."""
+        m = p.machine
+        if sender in m.dead and sender not in m.alive:
+            self.drive(p, done, self._record_of(m, sender, done))
+            if sender in m.dead and sender not in m.alive:  # still: the machine's own rule
+                self.drive(p, done, self.honest(m.receive(sender, packets_body(packet), done)))
+                p.arm()
+                return
+        p.emit_frame(done, self.honest(m.receive(sender, packets_body(packet), done)))
 
     def carry_out(self, node: int, start: float, out: list[Any]) -> None:
-        """Carry out machine outputs made while the engine handled core outputs
-        (``NodeMachine.pending``); the node's timer may have moved."""
-        self._carry_out(node, start, out)
-        self._arm(node)
+        """Carry out outputs of ``node``'s newest machine made outside :meth:`feed`
+        (a call, a seed reached, a revocation list, the machine outputs of a
+        link packet); its timer may have moved."""
+        p = self.newest(node)
+        self.drive(p, start, out)
+        p.arm()
 
-    def _carry_out(self, node: int, start: float, out: list[Any]) -> None:
-        """Machine outputs here; core outputs through the engine, one ``t_pc`` later."""
+    def drive(self, p: Process, start: float, out: list[Any], ready: float | None = None) -> None:
+        """The one loop over a machine's outputs, for every process of every id.
+
+        Machine outputs are carried out in order at ``start``; core outputs go
+        to ``p.emit`` (sends leave from ``ready``: one ``t_pc`` after
+        ``start`` unless the caller's CPU time already counts it), those
+        before a release or a reincarnation first.  A process that stops on
+        :class:`Superseded` carries out nothing after it."""
+        if ready is None:
+            ready = start + self.sim.delays.tpc
         core_out: list[Output] = []
         for o in out:
             kind = type(o)
             if kind is SendControl or kind is SendExchange or kind is ExchangeWithSeed:
-                self._send(node, o, start)
+                p.send(o, start)
             elif kind is MemberDown:
-                self._down(node, o, start)
+                p.down(o, start)
             elif kind is MemberUp:
-                self.log.append((start, node, "joined", o.node, o.reason))
-                if self.twins is not None:
-                    self.twins.new_life(node, o, start)
+                p.up(o, start)
             elif kind is Release:
-                self._emit(node, start, core_out)  # what came before it first
+                p.emit(start, ready, core_out)  # what came before it first
                 core_out = []
-                self.sim.released(node, start, o)
+                p.released(o, start)
             elif kind is Reincarnated:
-                self._emit(node, start, core_out)  # the old life's last outputs
+                p.emit(start, ready, core_out)  # the old life's last outputs
                 core_out = []
-                self._reincarnated(node, o, start)
+                p.reincarnated(o, start)
+            elif kind is Superseded:
+                if p.superseded(start):
+                    return
             elif not isinstance(o, MachineOutput):  # the rest of the machine's: nothing to do
                 core_out.append(o)
-        self._emit(node, start, core_out)
+        p.emit(start, ready, core_out)
 
-    def _emit(self, node: int, start: float, outputs: list[Output]) -> None:
-        if outputs:
-            sim = self.sim
-            clock = sim.clocks[node]
-            clock.cpu_free = max(clock.cpu_free, start + sim.delays.tpc)
-            sim._emit(node, start, start + sim.delays.tpc, outputs)
+    def _up(self, node: int, o: MemberUp, at: float) -> None:
+        self.log.append((at, node, "joined", o.node, o.reason))
+        if self.twins is not None:
+            self.twins.new_life(node, o, at)
 
     def _send(
         self, src: int, o: SendControl | SendExchange | ExchangeWithSeed, start: float

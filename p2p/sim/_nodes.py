@@ -122,8 +122,8 @@ class _Nodes(_World):
         self.recorder.arrived(dest, packet, sender, done)
         machine = self.machines.get(dest)
         if machine is not None:
-            if self._members is not None:
-                self._machine_receive(machine, sender, dest, packet, done)
+            if self._members is not None:  # the detector mode's driver, every process alike
+                self._members.frame(self._members.newest(dest), sender, packet, done)
                 return
             got = machine.receive(sender, packets_body(packet), done)
             if got and type(got[-1]) is Refused:  # simulated peers are honest: a bug
@@ -141,24 +141,6 @@ class _Nodes(_World):
                 out.extend(core.receive(sender, part, done))
         self.recorder.pending_max[dest] = core.pending_max
         self._emit(dest, done, done, out)
-
-    def _machine_receive(
-        self, m: NodeMachine, sender: int, dest: int, packet: Frame, done: float
-    ) -> None:
-        """The node's machine takes the link packet (``NodeMachine.receive``, the
-        runtime's door); a sender it believes crashed shows its new life first,
-        as the record of a connection's first frame does in the runtime."""
-        members = self._members
-        assert members is not None
-        if sender in m.dead and sender not in m.alive:
-            members.restart_seen(dest, sender, done)
-            if sender in m.dead and sender not in m.alive:  # still: the machine's own rule
-                out = members.honest(m.receive(sender, packets_body(packet), done))
-                members.carry_out(dest, done, out)
-                return
-        out = members.honest(m.receive(sender, packets_body(packet), done))
-        self._emit(dest, done, done, cast(list[Output], out))
-        self.recorder.pending_max[dest] = m.core.pending_max
 
     def _on_arrival(self, item: _PacketItem) -> None:
         """A packet reaches ``dest``, unless an endpoint crashed first.

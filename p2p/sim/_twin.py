@@ -13,7 +13,10 @@ reports :class:`~p2p.machine.Superseded`; the runtime stops it
 :class:`Twins` models that with two processes under one id.  The engine's
 tables (``machines``, ``nodes``, ``clocks``, ``incarnation``) hold the newest
 process; each older one that still runs is an :class:`Elder` with its own
-machine, CPU and link, driven here.  Addressing follows the runtime: what a
+machine, CPU and link, run by the detector mode's one driver loop
+(``_Membership.feed``, ``frame`` and ``drive``, as a
+:class:`~p2p.sim._members.Process`); this module routes to it and says what
+its outputs do.  Addressing follows the runtime: what a
 node sends to the id goes to the process its link points at, the newest
 incarnation of the id its machine holds (``machines[sender].incs``): the
 elder while the sender still holds the elder's life (or older), the newest
@@ -38,20 +41,21 @@ the engine's process again; every event of an elder is checked against its
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from p2p._errors import P2PError
 from p2p.machine import (
-    MachineOutput,
+    ExchangeWithSeed,
+    MemberDown,
     MemberUp,
     NodeMachine,
     Reincarnated,
+    Release,
     SendControl,
     SendExchange,
-    Superseded,
 )
-from p2p.sim._frames import Frame, control_body, pack_frames, packets_body, parts_of
+from p2p.sim._frames import Frame, pack_frames, parts_of
 from p2p.sim._members import _Membership
 from p2p.sim._world import _World
 from topics import Delivered, Output, Send
@@ -62,8 +66,12 @@ TWIN_GAP = 1000
 
 @dataclass(slots=True)
 class Elder:
-    """The older process of an id started twice (see the module docstring)."""
+    """The older process of an id started twice (see the module docstring): a
+    :class:`~p2p.sim._members.Process` that the detector mode's driver loop
+    runs like any other, whose outputs leave on its own link and whose
+    deliveries and reincarnations are counted, never recorded."""
 
+    twins: Twins = field(repr=False)
     node: int
     machine: NodeMachine
     incarnation: int
@@ -74,13 +82,45 @@ class Elder:
     """When it read it was superseded and stopped (``None``: it runs)."""
     timer_at: float | None = None
 
+    def send(self, o: SendControl | SendExchange | ExchangeWithSeed, start: float) -> None:
+        self.twins._send(self, o, start)
+
+    def up(self, o: MemberUp, at: float) -> None:
+        self.twins._elder_learnt(self, o, at)
+
+    def down(self, o: MemberDown, at: float) -> None:
+        """Its view is not the fleet's: nothing is logged."""
+
+    def reincarnated(self, o: Reincarnated, at: float) -> None:
+        self.incarnation = o.incarnation
+        self.twins.counts["elder_reincarnations"] += 1
+
+    def superseded(self, at: float) -> bool:
+        self.twins._stop(self, at)
+        return True
+
+    def released(self, o: Release, at: float) -> None:
+        if self.stopped is None:
+            self.twins.counts["elder_deliveries"] += 1
+
+    def emit(self, at: float, ready: float, outputs: list[Output]) -> None:
+        self.twins._emit(self, ready, outputs)
+
+    def emit_frame(self, done: float, outputs: list[Any]) -> None:
+        self.twins.members.drive(self, done, outputs, ready=done)
+        self.arm()
+
+    def arm(self) -> None:
+        self.twins._arm(self)
+
 
 class Twins:
     """Every id started twice in one simulation (see the module docstring).
 
-    It works on the shared state (``p2p.sim._world``) and drives the detector
-    mode's machines (``p2p.sim._members``), which reach it back through
-    ``_Membership.twins`` (typed there as :class:`~p2p.sim._members.ElderRouting`).
+    It works on the shared state (``p2p.sim._world``) and routes events to the
+    elders, whose machines the detector mode's driver (``p2p.sim._members``)
+    runs; that driver reaches it back through ``_Membership.twins`` (typed
+    there as :class:`~p2p.sim._members.ElderRouting`).
     """
 
     TIMER, CONTROL, ARRIVE, SENT = 11, 12, 13, 14
@@ -125,6 +165,7 @@ class Twins:
         at = max(sim.now, old.committed)  # after what the older life already stamped
         self._serial += 1
         elder = Elder(
+            self,
             node,
             sim.machines[node],
             sim.incarnation[node],
@@ -233,8 +274,7 @@ class Twins:
             return
         m, inc = sim.machines[dest], sim.incarnation[src]
         if m.incs.get(src, -1) < inc and m.dead.get(src, -1) < inc:
-            self.members._carry_out(dest, start, m.learn(src, inc, start))
-            self.members._arm(dest)
+            self.members.carry_out(dest, start, m.learn(src, inc, start))
 
     def seen(self, node: int, life: int, about: int, inc: int) -> None:
         """A discovery announcement of ``about`` as ``inc`` reaches ``node``'s
@@ -242,7 +282,7 @@ class Twins:
         elder = self.running(node)
         if elder is not None and elder.incarnation == life:
             start = max(self.sim.now, elder.cpu_free)
-            self._carry_out(elder, start, elder.machine.learn(about, inc, start))
+            self.members.feed(elder, self.sim._SEEN, (about, inc), start)
 
     def _elder_learnt(self, elder: Elder, o: MemberUp, at: float) -> None:
         """An older process learnt ``o.node``'s newer life: if that id's own older
@@ -278,7 +318,7 @@ class Twins:
             if elder is not None and elder.timer_at == t:
                 elder.timer_at = None
                 start = max(self.sim.now, elder.cpu_free)
-                self._carry_out(elder, start, elder.machine.handle_timer(start))
+                self.members.feed(elder, self.sim._TIMER, (), start)
             return
         src, dst, what, serial, *life = cast(tuple[Any, ...], item)
         elder = self._live(dst, serial)
@@ -308,48 +348,25 @@ class Twins:
 
     def _control(self, elder: Elder, src: int, msg: Any) -> None:
         start = max(self.sim.now, elder.cpu_free)
-        out = self.members.honest(elder.machine.receive(src, control_body(msg), start))
-        self._carry_out(elder, start, out)
+        self.members.feed(elder, self.sim._CONTROL, (src, msg), start)
 
     def _arrive(self, elder: Elder, src: int, frame: Frame) -> None:
-        """A frame reaches the elder: one ``t_pc``, then its core takes the parts."""
-        sim = self.sim
-        done = elder.cpu_free = max(sim.now, elder.cpu_free) + sim.delays.tpc
-        m = elder.machine
-        if src in m.dead and src not in m.alive:  # the connection's record: its new life
-            self._carry_out(elder, done, m.learn(src, sim.incarnation[src], done))
-        out = self.members.honest(m.receive(src, packets_body(frame), done))
-        self._emit(elder, done, cast(list[Output], out))
+        """A frame reaches the elder: one ``t_pc``, then its machine takes it."""
+        done = elder.cpu_free = max(self.sim.now, elder.cpu_free) + self.sim.delays.tpc
+        self.members.frame(elder, src, frame, done)
 
     # ------------------------------------------------------------ outputs --
 
-    def _carry_out(self, elder: Elder, start: float, out: list[Any]) -> None:
-        """The elder's machine outputs; its core outputs one ``t_pc`` later."""
-        core_out: list[Any] = []
-        for o in out:
-            kind = type(o)
-            if kind is SendControl or kind is SendExchange:
-                self._send(elder, o, start)
-            elif kind is Superseded:
-                self._stop(elder, start)
-                return  # it stops: nothing more leaves it
-            elif kind is MemberUp:
-                self._elder_learnt(elder, cast(MemberUp, o), start)
-            elif kind is Reincarnated:
-                elder.incarnation = cast(Reincarnated, o).incarnation
-                self.counts["elder_reincarnations"] += 1
-            elif not isinstance(o, MachineOutput):
-                core_out.append(o)
-        self._emit(elder, start + self.sim.delays.tpc, core_out)
-        self._arm(elder)
-
-    def _send(self, elder: Elder, o: SendControl | SendExchange, start: float) -> None:
+    def _send(
+        self, elder: Elder, o: SendControl | SendExchange | ExchangeWithSeed, start: float
+    ) -> None:
         """A control message from the elder (its own event kind: it carries the
         elder's record, nothing newer to learn)."""
         self.members.counts["control_sent"] += 1
         msg = o.msg if type(o) is SendControl else o
-        item = (elder.node, o.dest, msg, self.sim.incarnation[o.dest])
-        self.members._push(start + self._delay(elder.node, o.dest), self.SENT, item)
+        dest = int(o.address) if isinstance(o, ExchangeWithSeed) else o.dest
+        item = (elder.node, dest, msg, self.sim.incarnation[dest])
+        self.members._push(start + self._delay(elder.node, dest), self.SENT, item)
 
     def _sent(self, src: int, dest: int, msg: Any, life: int) -> None:
         sim, mem = self.sim, self.members
