@@ -311,11 +311,12 @@ class _Task:
             run.ws = ws
             run.fleet_keys.add(ws)
         fleet[_RECORDS] += 1
-        if kind == "topic":
+        if kind == "topic" or kind == "node":  # the data's span: events do not count
             if begin < self.t_first:
                 self.t_first = begin
             if t > self.t_last:
                 self.t_last = t
+        if kind == "topic":
             acc.topic_records += 1
             pubs, deliveries, held = rec["publications"], rec["deliveries"], rec["held"]
             acc.publications += pubs
@@ -351,10 +352,6 @@ class _Task:
                 if t > span[1]:
                     span[1] = t
         elif kind == "node":
-            if begin < self.t_first:
-                self.t_first = begin
-            if t > self.t_last:
-                self.t_last = t
             acc.node_records += 1
             rss = rec["rss_bytes"]
             cpu = rec["cpu_s"]
