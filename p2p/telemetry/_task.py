@@ -104,6 +104,17 @@ class _Task:
             part = self.fleet[ws] = _new_fleet()
         return part
 
+    def _window(self, key: tuple[float, str], acc: _Device) -> _Window:
+        """The (window, topic) partial ``key``, made on first use, counting ``acc``'s
+        device in it once."""
+        part = self.windows.get(key)
+        if part is None:
+            part = self.windows[key] = _Window(len(self.windows))
+        if part.last is not acc:
+            part.last = acc
+            part.devices += 1
+        return part
+
     def _bad(
         self, lf: LandingFile, offset: int | None, reason: str, fld: str, error: str, raw: bytes
     ) -> None:
@@ -323,13 +334,7 @@ class _Task:
             acc.deliveries += deliveries
             acc.held += held
             topic = rec["topic"]
-            key = (ws, topic)
-            part = self.windows.get(key)
-            if part is None:
-                part = self.windows[key] = _Window(len(self.windows))
-            if part.last is not acc:
-                part.last = acc
-                part.devices += 1
+            part = self._window((ws, topic), acc)
             part.records += 1
             part.pubs += pubs
             part.deliveries += deliveries
@@ -542,13 +547,7 @@ def _fold_topics(
     group_hists = np.add.reduceat(hists[order], bounds)
     for g, (key, n) in enumerate(zip(groups.tolist(), sizes.tolist(), strict=True)):
         cell, c = divmod(key, len(names))
-        wkey = (starts[cell], names[c])
-        part = task.windows.get(wkey)
-        if part is None:
-            part = task.windows[wkey] = _Window(len(task.windows))
-        if part.last is not acc:
-            part.last = acc
-            part.devices += 1
+        part = task._window((starts[cell], names[c]), acc)
         part.records += n
         p, d, h = group_counts[g]
         part.pubs += p
