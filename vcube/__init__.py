@@ -74,7 +74,7 @@ _LAZY = {
         "partition_sorted",
     ),
 }
-"""Module -> the public names it defines, imported on first use of one of them
+"""Module -> the public names taken from it, imported on first use of one of them
 (PEP 562), so importing one name does not load every module of the package."""
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())
