@@ -331,18 +331,3 @@ class CausalBroadcast:
             out.append(BroadcastDelivered(m.id, m.payload))
             work.extend(self._pending.advance(m.source, 0, m.seq))
         return out
-
-
-__all__ = [
-    "BroadcastConfig",
-    "BroadcastDelivered",
-    "BroadcastMessage",
-    "BroadcastOutput",
-    "BroadcastReceived",
-    "CausalBroadcast",
-    "HeldBack",
-    "LocalBroadcastError",
-    "MessageSet",
-    "RemoteBroadcastError",
-    "Transmit",
-]

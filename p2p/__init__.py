@@ -24,54 +24,42 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from p2p._errors import P2PError, ScenarioError, SecurityError
+from p2p._errors import P2PError as P2PError
+from p2p._errors import ScenarioError as ScenarioError
+from p2p._errors import SecurityError as SecurityError
 from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from p2p._stats import percentile_of
-    from p2p.runtime import (
-        BlockingNode,
-        BlockingSubscription,
-        Delivery,
-        MembershipEvent,
-        Node,
-        NodeConfig,
-        NodeError,
-        Subscription,
-        open_node,
-    )
+    from p2p._stats import percentile_of as percentile_of
+    from p2p.runtime import BlockingNode as BlockingNode
+    from p2p.runtime import BlockingSubscription as BlockingSubscription
+    from p2p.runtime import Delivery as Delivery
+    from p2p.runtime import MembershipEvent as MembershipEvent
+    from p2p.runtime import Node as Node
+    from p2p.runtime import NodeConfig as NodeConfig
+    from p2p.runtime import NodeError as NodeError
+    from p2p.runtime import Subscription as Subscription
+    from p2p.runtime import open_node as open_node
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "BlockingNode": "p2p.runtime",
-    "BlockingSubscription": "p2p.runtime",
-    "Delivery": "p2p.runtime",
-    "MembershipEvent": "p2p.runtime",
-    "Node": "p2p.runtime",
-    "NodeConfig": "p2p.runtime",
-    "NodeError": "p2p.runtime",
-    "Subscription": "p2p.runtime",
-    "open_node": "p2p.runtime",
-    "percentile_of": "p2p._stats",
+    "p2p._stats": ("percentile_of",),
+    "p2p.runtime": (
+        "BlockingNode",
+        "BlockingSubscription",
+        "Delivery",
+        "MembershipEvent",
+        "Node",
+        "NodeConfig",
+        "NodeError",
+        "Subscription",
+        "open_node",
+    ),
 }
+"""Module -> the public names taken from it, imported on first use of one of them
+(PEP 562), so importing one name does not load every module of the package."""
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
-
-
-__all__ = [
-    "BlockingNode",
-    "BlockingSubscription",
-    "Delivery",
-    "MembershipEvent",
-    "Node",
-    "NodeConfig",
-    "NodeError",
-    "P2PError",
-    "ScenarioError",
-    "SecurityError",
-    "Subscription",
-    "__version__",
-    "open_node",
-    "percentile_of",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__, _LAZY, globals(), eager=("P2PError", "ScenarioError", "SecurityError", "__version__")
+)

@@ -62,8 +62,8 @@ import hashlib
 import hmac
 import time
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
-from typing import Any, Self
+from dataclasses import astuple, dataclass
+from typing import Any, ClassVar, Self
 
 import cbor2
 from cryptography.exceptions import InvalidSignature, InvalidTag
@@ -158,50 +158,51 @@ def _fields(data: bytes, kind: int, sizes: tuple[int | None, ...]) -> list[bytes
 
 
 @dataclass(frozen=True)
-class Hello:
+class _Handshake:
+    """A handshake message on the wire: ``[version, kind, field, ...]``, each field a
+    byte string (of the exact size ``SIZES`` gives, where it gives one)."""
+
+    KIND: ClassVar[int]
+    SIZES: ClassVar[tuple[int | None, ...]]
+
+    def encode(self) -> bytes:
+        return cbor2.dumps([_VERSION, self.KIND, *astuple(self)])
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        return cls(*_fields(data, cls.KIND, cls.SIZES))
+
+
+@dataclass(frozen=True)
+class Hello(_Handshake):
     """msg1, initiator to responder: the fleet it wants, and its ephemeral X25519 key."""
+
+    KIND = _HELLO
+    SIZES = (16, 32)
 
     fleet_id: bytes
     ephemeral: bytes
 
-    def encode(self) -> bytes:
-        return cbor2.dumps([_VERSION, _HELLO, self.fleet_id, self.ephemeral])
-
-    @classmethod
-    def decode(cls, data: bytes) -> Hello:
-        fleet_id, ephemeral = _fields(data, _HELLO, (16, 32))
-        return cls(fleet_id, ephemeral)
-
 
 @dataclass(frozen=True)
-class Reply:
+class Reply(_Handshake):
     """msg2, responder to initiator: its ephemeral key and its sealed :class:`Proof`."""
+
+    KIND = _REPLY
+    SIZES = (32, None)
 
     ephemeral: bytes
     sealed: bytes
 
-    def encode(self) -> bytes:
-        return cbor2.dumps([_VERSION, _REPLY, self.ephemeral, self.sealed])
-
-    @classmethod
-    def decode(cls, data: bytes) -> Reply:
-        ephemeral, sealed = _fields(data, _REPLY, (32, None))
-        return cls(ephemeral, sealed)
-
 
 @dataclass(frozen=True)
-class Finish:
+class Finish(_Handshake):
     """msg3, initiator to responder: its sealed :class:`Proof`."""
 
+    KIND = _FINISH
+    SIZES = (None,)
+
     sealed: bytes
-
-    def encode(self) -> bytes:
-        return cbor2.dumps([_VERSION, _FINISH, self.sealed])
-
-    @classmethod
-    def decode(cls, data: bytes) -> Finish:
-        (sealed,) = _fields(data, _FINISH, (None,))
-        return cls(sealed)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
@@ -193,7 +192,22 @@ class _Feed(Generic[T]):
         return item
 
 
-class Subscription:
+class _Reading(Generic[T]):
+    """``async for`` over a :class:`_Feed`: iteration ends where the feed does."""
+
+    _feed: _Feed[T]
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        item = await self._feed.get()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+
+class Subscription(_Reading["Delivery"]):
     """Deliveries of one topic, for ``async for`` on the asyncio side.
 
     Iteration ends when the topic is unsubscribed; if the node stops first,
@@ -221,34 +235,16 @@ class Subscription:
         """The next delivery; ``None`` once unsubscribed and every delivery read."""
         return await self._feed.get()
 
-    def __aiter__(self) -> AsyncIterator[Delivery]:
-        return self
-
-    async def __anext__(self) -> Delivery:
-        item = await self._feed.get()
-        if item is None:
-            raise StopAsyncIteration
-        return item
-
     async def unsubscribe(self) -> None:
         """Leave the topic; iteration ends after what is queued."""
         await self._owner.unsubscribe(self.topic)
 
 
-class MembershipEvents:
+class MembershipEvents(_Reading["MembershipEvent"]):
     """Membership changes (:class:`~p2p.MembershipEvent`) while the watch is open."""
 
     def __init__(self, feed: _Feed[MembershipEvent]) -> None:
         self._feed = feed
-
-    def __aiter__(self) -> AsyncIterator[MembershipEvent]:
-        return self
-
-    async def __anext__(self) -> MembershipEvent:
-        item = await self._feed.get()
-        if item is None:
-            raise StopAsyncIteration
-        return item
 
 
 class _Call:
@@ -615,12 +611,7 @@ class _Opened:
             raise
         return node
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self._close()
 
     async def _close(self) -> None:

@@ -37,7 +37,8 @@ lock it out for good).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,12 +97,37 @@ def _one_line(exc: IdentityError) -> FleetError:
     return FleetError(" ".join(str(exc).split()))
 
 
-def _check_fleet_dir(fleet_dir: Path) -> None:
-    why = _describe(fleet_dir, "fleet")
+def _check_new_dir(path: Path) -> None:
+    """Refuse ``path`` if it exists and is not a directory (a missing one is created)."""
+    if path.exists() and not path.is_dir():
+        raise FleetError(f"{path}: not a directory")
+
+
+@contextmanager
+def _writing(path: Path, doing: str) -> Iterator[None]:
+    """Errors while writing into ``path`` as :class:`FleetError`: an identity error
+    in one line, an OS error as ``path: cannot <doing> (<reason>)``."""
+    try:
+        yield
+    except IdentityError as exc:
+        raise _one_line(exc) from None
+    except OSError as exc:
+        raise FleetError(f"{path}: cannot {doing} ({exc.strerror})") from None
+
+
+def _check_dir(path: Path, expect: str, create: str, holds: str, file: str) -> None:
+    """Refuse ``path`` unless it is the ``expect`` directory (fleet or node) and
+    holds ``file``; ``create`` tells how to make one, ``holds`` names what ``file`` is."""
+    why = _describe(path, expect)
     if why:
-        raise FleetError(why + " (create a fleet with `init_fleet` or `p2p fleet init`)")
-    if not (fleet_dir / _id.FLEET_FILE).exists():
-        raise FleetError(f"{fleet_dir}: holds no fleet ({_id.FLEET_FILE} missing)")
+        raise FleetError(f"{why} ({create})")
+    if not (path / file).exists():
+        raise FleetError(f"{path}: holds no {holds} ({file} missing)")
+
+
+def _check_fleet_dir(fleet_dir: Path) -> None:
+    create = "create a fleet with `init_fleet` or `p2p fleet init`"
+    _check_dir(fleet_dir, "fleet", create, "fleet", _id.FLEET_FILE)
     mode = _id.load_fleet(fleet_dir).mode
     if mode == "cert" and not (fleet_dir / _id.FLEET_KEY_FILE).exists():
         raise FleetError(
@@ -111,11 +137,8 @@ def _check_fleet_dir(fleet_dir: Path) -> None:
 
 
 def _check_node_dir(node_dir: Path) -> None:
-    why = _describe(node_dir, "node")
-    if why:
-        raise FleetError(why + " (create it with `add_node` or `p2p fleet add-node`)")
-    if not (node_dir / _id.NODE_KEY_FILE).exists():
-        raise FleetError(f"{node_dir}: holds no node identity ({_id.NODE_KEY_FILE} missing)")
+    create = "create it with `add_node` or `p2p fleet add-node`"
+    _check_dir(node_dir, "node", create, "node identity", _id.NODE_KEY_FILE)
 
 
 def init_fleet(fleet_dir: str | Path, *, psk: bool = False, name: str | None = None) -> Fleet:
@@ -127,14 +150,9 @@ def init_fleet(fleet_dir: str | Path, *, psk: bool = False, name: str | None = N
     a fleet (:class:`FleetError`): overwriting it would orphan its members.
     """
     path = Path(fleet_dir)
-    if path.exists() and not path.is_dir():
-        raise FleetError(f"{path}: not a directory")
-    try:
+    _check_new_dir(path)
+    with _writing(path, "create the fleet"):
         return _id.init_fleet(path, psk=psk, name=name)
-    except IdentityError as exc:
-        raise _one_line(exc) from None
-    except OSError as exc:
-        raise FleetError(f"{path}: cannot create the fleet ({exc.strerror})") from None
 
 
 def add_node(
@@ -154,16 +172,11 @@ def add_node(
     """
     fleet_path, node_path = Path(fleet_dir), Path(node_dir)
     _check_fleet_dir(fleet_path)
-    if node_path.exists() and not node_path.is_dir():
-        raise FleetError(f"{node_path}: not a directory")
+    _check_new_dir(node_path)
     if node_path.resolve() == fleet_path.resolve():
         raise FleetError(f"{node_path}: a node directory must not be the fleet directory")
-    try:
+    with _writing(node_path, "write the node"):
         return _id.add_node(fleet_path, node_path, name=name, valid_days=valid_days)
-    except IdentityError as exc:
-        raise _one_line(exc) from None
-    except OSError as exc:
-        raise FleetError(f"{node_path}: cannot write the node ({exc.strerror})") from None
 
 
 def renew(

@@ -186,6 +186,8 @@ def lan_run(root: Path, work: Path, messages: int, rate: float) -> dict[str, Any
     with Lan(3) as lan:
         x1_host, arm_host, x2_host = lan.hosts
         seed = f"{arm_host.address}:7411"
+        # what both publishers (arm and x2) send
+        publish = ("--publish", "chat", "--count", str(messages), "--rate", str(rate))
 
         def node(name: str, host: Any, *args: str, inside: bool = False) -> Any:
             logs[name] = open(work / f"{name}.log", "wb")  # noqa: SIM115 (closed below)
@@ -232,12 +234,7 @@ def lan_run(root: Path, work: Path, messages: int, rate: float) -> dict[str, Any
                 f"{x1_host.address}:7411",
                 "--port",
                 "7411",
-                "--publish",
-                "chat",
-                "--count",
-                str(messages),
-                "--rate",
-                str(rate),
+                *publish,
                 "--settle",
                 "5",
                 inside=True,
@@ -256,12 +253,7 @@ def lan_run(root: Path, work: Path, messages: int, rate: float) -> dict[str, Any
                 x2_host,
                 "--seed",
                 seed,
-                "--publish",
-                "chat",
-                "--count",
-                str(messages),
-                "--rate",
-                str(rate),
+                *publish,
                 "--settle",
                 "3",
             )

@@ -66,42 +66,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from p2p._errors import NodeError
+from p2p._errors import NodeError as NodeError
 from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from p2p._transport import parse_address
-    from p2p.runtime._blocking import BlockingNode, BlockingSubscription
-    from p2p.runtime._config import NodeConfig
-    from p2p.runtime._delivery import Delivery, MembershipEvent, Subscription
-    from p2p.runtime._node import Node, open_node
+    from p2p._transport import parse_address as parse_address
+    from p2p.runtime._blocking import BlockingNode as BlockingNode
+    from p2p.runtime._blocking import BlockingSubscription as BlockingSubscription
+    from p2p.runtime._config import NodeConfig as NodeConfig
+    from p2p.runtime._delivery import Delivery as Delivery
+    from p2p.runtime._delivery import MembershipEvent as MembershipEvent
+    from p2p.runtime._delivery import Subscription as Subscription
+    from p2p.runtime._node import Node as Node
+    from p2p.runtime._node import open_node as open_node
 
 _LAZY = {
-    "BlockingNode": "p2p.runtime._blocking",
-    "BlockingSubscription": "p2p.runtime._blocking",
-    "Delivery": "p2p.runtime._delivery",
-    "MembershipEvent": "p2p.runtime._delivery",
-    "Node": "p2p.runtime._node",
-    "NodeConfig": "p2p.runtime._config",
-    "Subscription": "p2p.runtime._delivery",
-    "open_node": "p2p.runtime._node",
-    "parse_address": "p2p._transport",
+    "p2p._transport": ("parse_address",),
+    "p2p.runtime._blocking": ("BlockingNode", "BlockingSubscription"),
+    "p2p.runtime._config": ("NodeConfig",),
+    "p2p.runtime._delivery": ("Delivery", "MembershipEvent", "Subscription"),
+    "p2p.runtime._node": ("Node", "open_node"),
 }
-"""Public name -> the private module defining it, imported on first use (PEP 562),
-so importing one name does not load every module of the package."""
+"""Module -> the public names taken from it, imported on first use of one of them
+(PEP 562), so importing one name does not load every module of the package."""
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
-
-
-__all__ = [
-    "BlockingNode",
-    "BlockingSubscription",
-    "Delivery",
-    "MembershipEvent",
-    "Node",
-    "NodeConfig",
-    "NodeError",
-    "Subscription",
-    "open_node",
-    "parse_address",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals(), eager=("NodeError",))

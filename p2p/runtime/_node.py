@@ -453,24 +453,18 @@ async def _open_node(
                     )
                 )
         try:
-            if cfg.discovery:
-                discovery = Discovery(
-                    interface=cfg.interface,
-                    node_id=node.id,
-                    port=node.port,
-                    record=node.record,
-                    verify=node.verify,
-                    service_type=cfg.service_type,
-                )
-                async with discovery:
+            async with contextlib.AsyncExitStack() as discovering:  # open while the node runs
+                if cfg.discovery:
+                    discovery = Discovery(
+                        interface=cfg.interface,
+                        node_id=node.id,
+                        port=node.port,
+                        record=node.record,
+                        verify=node.verify,
+                        service_type=cfg.service_type,
+                    )
+                    await discovering.enter_async_context(discovery)
                     nursery.start_soon(node._discover, discovery)
-                    _settle_heap()
-                    yield node
-                    node._announce_leave()
-                    await node._leave_unmet_seeds()
-                    await node._drain()
-                    await node._last_upload()
-            else:
                 _settle_heap()
                 yield node
                 node._announce_leave()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,10 @@ class TraceFileError(P2PError, ValueError):
 
 @dataclass(slots=True)
 class _Line:
-    time: float
-    node: int
-    event: str
-    topic: str
-    source: int | None
-    seq: int | None
+    """One line read: its event, and the incarnation ``inc`` a real node wrote with it."""
+
+    trace: TraceEvent
     inc: int | None
-    view: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -109,7 +105,9 @@ def _parse(obj: Any, names: dict[int, str]) -> _Line:
     if event in ("publish", "deliver", "gap") and (source is None or seq is None):
         raise ValueError(f"{event} needs source and seq")
     view = _view(obj.get("view"), names)
-    return _Line(float(time), node, event, topic, source, seq, _opt_int(obj, "inc"), view)
+    return _Line(
+        TraceEvent(float(time), node, event, topic, source, seq, view), _opt_int(obj, "inc")
+    )
 
 
 def _view(value: Any, names: dict[int, str]) -> tuple[int, ...] | None:
@@ -157,18 +155,14 @@ def _restarts(lines: Sequence[_Line]) -> list[TraceEvent]:
     out: list[TraceEvent] = []
     current: int | None = None
     for line in lines:
-        own = line.event not in ("deliver", "gap")
+        e = line.trace
+        own = e.event not in ("deliver", "gap")
         if own and line.inc is not None:
-            if (
-                current is not None
-                and line.inc != current
-                and line.event not in ("crash", "recover")
-            ):
-                out.append(TraceEvent(line.time, line.node, "crash", "", line.node, None))
-                out.append(TraceEvent(line.time, line.node, "recover", "", line.node, None))
+            if current is not None and line.inc != current and e.event not in ("crash", "recover"):
+                out.append(TraceEvent(e.time, e.node, "crash", "", e.node, None))
+                out.append(TraceEvent(e.time, e.node, "recover", "", e.node, None))
             current = line.inc
-        event = TraceEvent(line.time, line.node, line.event, line.topic, line.source, line.seq)
-        out.append(event if line.view is None else replace(event, view=line.view))
+        out.append(e)
     return out
 
 
@@ -186,11 +180,11 @@ def load_traces(paths: Iterable[Path]) -> LoadedTraces:
         result.lines += len(lines)
         runs: dict[int, list[_Line]] = {}
         for line in lines:
-            runs.setdefault(line.node, []).append(line)
+            runs.setdefault(line.trace.node, []).append(line)
         for node, run in runs.items():
             per_node.setdefault(node, []).append(run)
     for chunks in per_node.values():
-        chunks.sort(key=lambda r: r[0].time)
+        chunks.sort(key=lambda r: r[0].trace.time)
         result.events.extend(_restarts([line for run in chunks for line in run]))
     if any(not label.isdecimal() for label in result.names.values()):
         _renumber(result)

@@ -118,17 +118,13 @@ class _HistSums:
         ]
 
 
-_FLEET_NODE = (
-    "packets_sent",
-    "packets_received",
-    "bytes_sent",
-    "bytes_received",
-    "suspicions",
-    "repairs",
-    "rejected",
-    "dropped",
+_FLEET_NODE = tuple(
+    c
+    for c in NODE_COUNTERS
+    if c not in ("rss_bytes", "connections", "frames_sent", "frames_received")
 )
-"""The node counters the fleet table sums (one source: the layout below uses it)."""
+"""The node counters the fleet table sums, in schema order: all but the gauges and the
+frame counts (one source: the layout below uses it)."""
 
 # fleet partial layout (per window): name -> (index, merge op)
 FLEET_FIELDS = (

@@ -417,6 +417,11 @@ def render(summary: dict[str, Any], data: dict[str, Any]) -> str:
     """The report page from the summary and :func:`gather`'s rows."""
     topics, fleet = data["topics"], data["fleet"]
     fx = [float(r["ws"]) for r in fleet]
+
+    def over_time(column: str) -> list[Point]:
+        """The fleet table's ``column`` per window, as a line chart's points."""
+        return list(zip(fx, [r[column] for r in fleet], strict=True))
+
     charts: list[tuple[str, str, str]] = []
 
     hot = bar_chart(
@@ -430,8 +435,8 @@ def render(summary: dict[str, Any], data: dict[str, Any]) -> str:
         "rates",
         "Fleet message rate",
         [
-            ("publications/s", list(zip(fx, [r["pub_rate_per_s"] for r in fleet], strict=True))),
-            ("deliveries/s", list(zip(fx, [r["delivery_rate_per_s"] for r in fleet], strict=True))),
+            ("publications/s", over_time("pub_rate_per_s")),
+            ("deliveries/s", over_time("delivery_rate_per_s")),
         ],
         y_label="messages per second",
     )
@@ -440,10 +445,7 @@ def render(summary: dict[str, Any], data: dict[str, Any]) -> str:
     latency = line_chart(
         "latency",
         "Fleet delivery latency (bucket upper edges)",
-        [
-            (name, list(zip(fx, [r[f"latency_{name}_ms"] for r in fleet], strict=True)))
-            for name in ("p50", "p95", "p99")
-        ],
+        [(name, over_time(f"latency_{name}_ms")) for name in ("p50", "p95", "p99")],
         y_label="milliseconds (log)",
         log_y=True,
     )
@@ -500,10 +502,7 @@ def render(summary: dict[str, Any], data: dict[str, Any]) -> str:
     fleet_rss = line_chart(
         "fleet-rss",
         "Fleet resident memory per window",
-        [
-            ("mean", list(zip(fx, [r["rss_mean_bytes"] for r in fleet], strict=True))),
-            ("max", list(zip(fx, [r["rss_max_bytes"] for r in fleet], strict=True))),
-        ],
+        [("mean", over_time("rss_mean_bytes")), ("max", over_time("rss_max_bytes"))],
         y_label="bytes",
         y_fmt=_bytes,
     )

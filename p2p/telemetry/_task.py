@@ -104,6 +104,17 @@ class _Task:
             part = self.fleet[ws] = _new_fleet()
         return part
 
+    def _window(self, key: tuple[float, str], acc: _Device) -> _Window:
+        """The (window, topic) partial ``key``, made on first use, counting ``acc``'s
+        device in it once."""
+        part = self.windows.get(key)
+        if part is None:
+            part = self.windows[key] = _Window(len(self.windows))
+        if part.last is not acc:
+            part.last = acc
+            part.devices += 1
+        return part
+
     def _bad(
         self, lf: LandingFile, offset: int | None, reason: str, fld: str, error: str, raw: bytes
     ) -> None:
@@ -311,24 +322,19 @@ class _Task:
             run.ws = ws
             run.fleet_keys.add(ws)
         fleet[_RECORDS] += 1
-        if kind == "topic":
+        if kind == "topic" or kind == "node":  # the data's span: events do not count
             if begin < self.t_first:
                 self.t_first = begin
             if t > self.t_last:
                 self.t_last = t
+        if kind == "topic":
             acc.topic_records += 1
             pubs, deliveries, held = rec["publications"], rec["deliveries"], rec["held"]
             acc.publications += pubs
             acc.deliveries += deliveries
             acc.held += held
             topic = rec["topic"]
-            key = (ws, topic)
-            part = self.windows.get(key)
-            if part is None:
-                part = self.windows[key] = _Window(len(self.windows))
-            if part.last is not acc:
-                part.last = acc
-                part.devices += 1
+            part = self._window((ws, topic), acc)
             part.records += 1
             part.pubs += pubs
             part.deliveries += deliveries
@@ -351,10 +357,6 @@ class _Task:
                 if t > span[1]:
                     span[1] = t
         elif kind == "node":
-            if begin < self.t_first:
-                self.t_first = begin
-            if t > self.t_last:
-                self.t_last = t
             acc.node_records += 1
             rss = rec["rss_bytes"]
             cpu = rec["cpu_s"]
@@ -545,13 +547,7 @@ def _fold_topics(
     group_hists = np.add.reduceat(hists[order], bounds)
     for g, (key, n) in enumerate(zip(groups.tolist(), sizes.tolist(), strict=True)):
         cell, c = divmod(key, len(names))
-        wkey = (starts[cell], names[c])
-        part = task.windows.get(wkey)
-        if part is None:
-            part = task.windows[wkey] = _Window(len(task.windows))
-        if part.last is not acc:
-            part.last = acc
-            part.devices += 1
+        part = task._window((starts[cell], names[c]), acc)
         part.records += n
         p, d, h = group_counts[g]
         part.pubs += p
