@@ -32,7 +32,7 @@ from p2p.sim._queue import Entry
 from p2p.sim._scenario import ACTIONS
 from p2p.sim._twin import Twins
 from p2p.sim._world import AGGREGATION, PROTOCOLS, Core, LinkDelay
-from topics import Event, Output, PubSubConfig, VCubePS, preset_view
+from topics import Event, Output, PubSubConfig, preset_view
 from vcube import DetectorConfig
 
 MEMBERSHIP = ("detector", "oracle")
@@ -140,17 +140,12 @@ class Simulation(_Nodes):
         """A machine for the oracle mode: no detector, membership from the
         oracle's notices alone, no history (nobody resumes without a detector)."""
 
-        def make_core(incarnation: int) -> VCubePS:
-            return cast(VCubePS, self._make(node, self.config, incarnation))
-
-        return NodeMachine(
+        return self.new_machine(
             node,
             inc,
-            make_core,
-            overlay=self.shared_overlay,
-            members=members,
+            members,
+            first_seq,
             recovery=RecoveryConfig(history=HistoryLimits(count=0)),
-            first_seq=first_seq,
             packets_admit=False,
         )
 
@@ -501,9 +496,7 @@ class Simulation(_Nodes):
             return
         clock = self.clocks[node]
         start = max(self.now, clock.cpu_free)
-        if start > self.now and self._defers(node, start):
-            clock.cpu_free = start + self.delays.tpc
-            self._defer(start, node, "notify", (node, about, inc, crash, start))
+        if self._busy_until(node, start, "notify", (node, about, inc, crash, start)):
             return
         self._detected(node, about, inc, crash, start)
 

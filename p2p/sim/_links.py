@@ -235,10 +235,7 @@ class Links:
         sim._push(start + delay, self.DIAL, (src, dst, lk.serial))
 
     def _delay(self, src: int, dst: int) -> float:
-        sim = self.sim
-        if sim.link_delay is not None:
-            return sim.link_delay(src, dst, self.rng)
-        return sim.delays.propagation(self.rng)
+        return self.sim.delay(src, dst, self.rng)
 
     def reset(self, a: int, b: int) -> None:
         """RESET: both connections between ``a`` and ``b`` break now."""

@@ -244,24 +244,17 @@ class _Membership:
     def _machine(
         self, node: int, inc: int, members: dict[int, int], first_seq: int = 0
     ) -> NodeMachine:
-        sim = self.sim
-
-        def make_core(incarnation: int) -> VCubePS:
-            return cast(VCubePS, sim._make(node, sim.config, incarnation))
-
-        return NodeMachine(
+        return self.sim.new_machine(
             node,
             inc,
-            make_core,
+            members,
+            first_seq,
             detector=self.cfg,
-            overlay=self.sim.shared_overlay,
-            members=members,
             verify=_verify,
             verify_revocations=_verify_revocations,
             recovery=self.recovery,
             seed_interval=SEED_INTERVAL * self.cfg.interval,
             seed_backoff=SEED_BACKOFF * self.cfg.interval,
-            first_seq=first_seq,
         )
 
     def start(self) -> None:
@@ -464,10 +457,7 @@ class _Membership:
         self._push(sim.now + self._delay(dest, src), sim._HINT, (src, sim.incarnation[src], dest))
 
     def _delay(self, src: int, dest: int) -> float:
-        sim = self.sim
-        if sim.link_delay is not None:
-            return sim.link_delay(src, dest, self.rng)
-        return sim.delays.propagation(self.rng)
+        return self.sim.delay(src, dest, self.rng)
 
     def _input(self, node: int, kind: int, args: tuple[Any, ...]) -> None:
         """Like a notification: it waits for the node's CPU if work is deferred

@@ -73,9 +73,7 @@ class _Nodes(_World):
         if node in self.recorder.silenced:
             self.recorder.refused(start, node, action, topic, "node is revoked")
             return
-        if start > self.now and self._defers(node, start):
-            clock.cpu_free = start + self.delays.tpc
-            self._defer(start, node, "act", (action, node, topic, payload, start))
+        if self._busy_until(node, start, "act", (action, node, topic, payload, start)):
             return
         self._call(action, node, topic, payload, start)
 

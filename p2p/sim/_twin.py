@@ -297,10 +297,7 @@ class Twins:
             self.members._push(at + delay, self.CONTROL, (elder.node, o.node, notice, other.serial))
 
     def _delay(self, src: int, dst: int) -> float:
-        sim = self.sim
-        if sim.link_delay is not None:
-            return sim.link_delay(src, dst, self.rng)
-        return sim.delays.propagation(self.rng)
+        return self.sim.delay(src, dst, self.rng)
 
     # ------------------------------------------------------------- events --
 

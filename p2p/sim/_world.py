@@ -24,7 +24,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from causal import BroadcastConfig, MsgId, PacketLimits
 from p2p._errors import P2PError
@@ -267,6 +267,43 @@ class _World:
     def _defer(self, at: float, node: int, what: str, args: tuple[Any, ...]) -> None:
         self.clocks[node].deferred += 1
         self._push(at, self._PROCESS, (node, self.incarnation[node], what, args))
+
+    def _busy_until(self, node: int, start: float, what: str, args: tuple[Any, ...]) -> bool:
+        """A call or notice of ``node`` that waits for its CPU until ``start``: if
+        it must wait in the heap (:meth:`_defers`), the CPU is taken for one
+        ``t_pc`` from ``start`` and the work queued; whether it was."""
+        if start > self.now and self._defers(node, start):
+            self.clocks[node].cpu_free = start + self.delays.tpc
+            self._defer(start, node, what, args)
+            return True
+        return False
+
+    def delay(self, src: int, dst: int, rng: random.Random) -> float:
+        """One propagation delay from ``src`` to ``dst`` drawn from ``rng`` (the
+        scenario's per-link delays, else the delay model's)."""
+        if self.link_delay is not None:
+            return self.link_delay(src, dst, rng)
+        return self.delays.propagation(rng)
+
+    def new_machine(
+        self, node: int, inc: int, members: dict[int, int], first_seq: int, **settings: Any
+    ) -> NodeMachine:
+        """A :class:`NodeMachine` for ``node``'s process ``inc``, its cores made as
+        this simulation makes them, on the overlay cache every machine shares;
+        ``settings``: the membership mode's (detector, recovery, seeds...)."""
+
+        def make_core(incarnation: int) -> VCubePS:
+            return cast(VCubePS, self._make(node, self.config, incarnation))
+
+        return NodeMachine(
+            node,
+            inc,
+            make_core,
+            overlay=self.shared_overlay,
+            members=members,
+            first_seq=first_seq,
+            **settings,
+        )
 
     # ------------------------------------------------------- links, segments
 
