@@ -44,6 +44,7 @@ from causal._errors import CausalError
 from causal._ids import MsgId
 from causal._packing import PacketLimits, pack
 from vcube import ID_BITS, Hypercube
+from vcube._hot import hot
 
 SOURCE_ID_BYTES = 2
 ENTRY_BYTES = 4
@@ -59,7 +60,7 @@ class LocalBroadcastError(CausalError):
     """The local application misused the broadcast core."""
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class BroadcastMessage:
     """One broadcast: ``clock`` holds the compressed entries ``(node, count)``.
 
@@ -82,7 +83,7 @@ class BroadcastMessage:
         return len(self.payload) + SOURCE_ID_BYTES + ENTRY_BYTES * (1 + len(self.clock))
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class MessageSet:
     """A packet: one or more messages for the same child (``mSet`` of Algorithm 2)."""
 
@@ -90,7 +91,7 @@ class MessageSet:
     kind: Literal["MSG"] = "MSG"
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Transmit:
     """Send ``packet`` to ``dest``."""
 
@@ -98,7 +99,7 @@ class Transmit:
     packet: MessageSet
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class BroadcastDelivered:
     """A broadcast handed to the application, in causal order."""
 
@@ -107,14 +108,14 @@ class BroadcastDelivered:
     own: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class BroadcastReceived:
     """A broadcast arrived (before causal hold-back)."""
 
     id: MsgId
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class HeldBack:
     """``id`` was not forwarded to ``child`` on reception: the child could not deliver it."""
 

@@ -26,11 +26,11 @@ the big-endian ``lseq``.  Both are sealed like every record.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 import cbor2
 
 from p2p.wire import WireError
+from vcube._hot import hot
 
 __all__ = ["ACK_EVERY", "Hello", "ReceiveLog", "SendLog", "decode_ack", "encode_ack"]
 
@@ -41,7 +41,7 @@ _HELLO_HEAD = b"\x83\x64link"
 _LIMIT = 1 << 64
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Hello:
     """The first record of a link's connection: which link, and the ``lseq`` of the next frame."""
 

@@ -48,6 +48,7 @@ from topics import (
     ViewEntry,
 )
 from vcube import Hypercube, partition
+from vcube._hot import replace as hot_replace
 
 T = "t"
 
@@ -780,7 +781,7 @@ def test_rounds_awaiting_acknowledgement_are_bounded() -> None:
     sub = net.wire[net.find(kind="SUB", dst=2)]
     net.deliver(kind="SUB", dst=2)  # 2 relays to 3 and waits for its ACK
     assert isinstance(sub.packet, Sub)
-    other = dataclasses.replace(sub.packet, round=RoundId(0, 0, 7), topic="other")
+    other = hot_replace(sub.packet, round=RoundId(0, 0, 7), topic="other")
     before = snapshot(net.cores[2])
     with pytest.raises(RemoteProtocolError, match="awaiting"):
         net.cores[2].receive(sub.src, other, 50.0)

@@ -61,6 +61,7 @@ from topics import (
 )
 from topics._messages import DEP_SET_MIN
 from vcube import Hypercube
+from vcube._hot import replace as hot_replace
 
 LIMITS = WireLimits()
 SMALL = WireLimits(
@@ -97,7 +98,7 @@ dests = st.lists(nodes, max_size=6, unique=True).map(lambda d: tuple(sorted(d)))
 def _with_joins(msg: PubMessage) -> st.SearchStrategy[PubMessage]:
     """``msg`` with any ``op_joins`` its ``op_deps`` allow."""
     joins = st.integers(0, (1 << len(msg.op_deps)) - 1)
-    return joins.map(lambda j: dataclasses.replace(msg, op_joins=j))
+    return joins.map(lambda j: hot_replace(msg, op_joins=j))
 
 
 messages = st.builds(
@@ -335,7 +336,7 @@ def test_predates_are_sent_only_when_there_are_some(kind: str) -> None:
     raw[1][0].append([])
     with pytest.raises(WireError, match="predates"):
         decode_packets(cbor2.dumps(raw), LIMITS)
-    many = dataclasses.replace(with_some, predates=some * 3)
+    many = hot_replace(with_some, predates=some * 3)
     with pytest.raises(WireError, match="limit"):
         decode_packets(encode_packets([many]), dataclasses.replace(LIMITS, max_view_entries=2))
 
@@ -356,11 +357,11 @@ def test_a_frontier_past_its_gaps_is_a_seventh_element(kind: str) -> None:
     for packet in (both, only):
         assert decode_packets(encode_packets([packet]), LIMITS) == [packet]
     assert len(cbor2.loads(encode_packets([only]))[1][0]) == 7
-    raw = cbor2.loads(encode_packets([dataclasses.replace(both, beyond=())]))
+    raw = cbor2.loads(encode_packets([hot_replace(both, beyond=())]))
     raw[1][0].append([])
     with pytest.raises(WireError, match="beyond"):
         decode_packets(cbor2.dumps(raw), LIMITS)
-    many = dataclasses.replace(both, beyond=past * 3)
+    many = hot_replace(both, beyond=past * 3)
     with pytest.raises(WireError, match="limit"):
         decode_packets(encode_packets([many]), dataclasses.replace(LIMITS, max_view_entries=2))
 
@@ -372,7 +373,7 @@ def test_which_named_ops_are_subscriptions_is_a_sixth_element() -> None:
     ops = (MsgId(4, 0, 1), MsgId(6, 2, 3))
     plain = PubMessage(MsgId(3, 1, 9), b"p", (), ops, 8)
     for joins in range(4):
-        msg = dataclasses.replace(plain, op_joins=joins)
+        msg = hot_replace(plain, op_joins=joins)
         packet = PubRound(RoundId(3, 1, 7), "t", (msg,), ())
         raw = encode_packets([packet])
         assert len(cbor2.loads(raw)[1][0][3][0]) == (6 if joins else 5)
@@ -380,7 +381,7 @@ def test_which_named_ops_are_subscriptions_is_a_sixth_element() -> None:
         direct = _decode_direct(raw, LIMITS)
         assert direct is not None
         assert direct.packets == [packet]
-    named = dataclasses.replace(plain, op_joins=2).named_ops()
+    named = hot_replace(plain, op_joins=2).named_ops()
     assert list(named) == [ViewEntry(4, 0, 1, False), ViewEntry(6, 2, 3, True)]
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from causal import MsgId
 from topics._messages import Bundle, Packet
+from vcube._hot import hot
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Send:
     """Send ``packet`` to node ``dest``."""
 
@@ -16,7 +15,7 @@ class Send:
     packet: Packet | Bundle
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Delivered:
     """A publication is handed to the application, in causal order per topic;
     ``deps``: the publications it directly follows (its causal barrier), so
@@ -30,7 +29,7 @@ class Delivered:
     deps: tuple[MsgId, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Received:
     """A publication arrived (before any causal hold-back).
 
@@ -43,7 +42,7 @@ class Received:
     relay: bool
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Published:
     """The local application's publication was accepted."""
 
@@ -51,7 +50,7 @@ class Published:
     id: MsgId
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Subscribed:
     """The ACK wave of this node's SUB came back: the subscription is confirmed.
 
@@ -61,7 +60,7 @@ class Subscribed:
     topic: str
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class RoundAcked:
     """Every subscriber the round was sent to has it (the ACK wave came back)."""
 
@@ -70,7 +69,7 @@ class RoundAcked:
     ids: tuple[MsgId, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Dropped:
     """Publications received but never delivered, with the reason (no silent loss)."""
 
@@ -79,7 +78,7 @@ class Dropped:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Held:
     """Causal aggregation: a round's packet for ``child`` was held back on reception.
 

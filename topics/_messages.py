@@ -7,10 +7,11 @@ the round's source, acknowledged by an ACK wave that climbs the same tree.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from causal import MsgId
+from vcube._hot import cached, hot
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -25,7 +26,7 @@ class RoundId:
         return f"R<{self.source}.{self.incarnation}.{self.number}>"
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class ViewEntry:
     """The newest membership operation of ``node`` on a topic (``<n, o, rc>`` of §5.5.1)."""
 
@@ -42,7 +43,7 @@ class ViewEntry:
         return other is None or (self.incarnation, self.rc) > (other.incarnation, other.rc)
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Bound:
     """``node``'s publications with ``seq < first_owned`` precede a subscription.
 
@@ -60,7 +61,7 @@ DEP_SET_MIN = 8
 """Barriers from this many ids up are tested as sets (:meth:`PubMessage.dep_lookup`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class PubMessage:
     """One publication with its causal barrier.
 
@@ -81,7 +82,7 @@ class PubMessage:
     """Sequence number of the source's previous publication on the topic (-1: none)."""
     op_joins: int = 0
     """Bit ``i`` is set when ``op_deps[i]`` is a subscription, clear for an unsubscription."""
-    _dep_set: frozenset[MsgId] | None = field(default=None, init=False, repr=False, compare=False)
+    _dep_set: frozenset[MsgId] | None = cached()
 
     def dep_set(self) -> frozenset[MsgId]:
         """``deps`` as a set, built on first use and kept (the message is immutable).
@@ -109,7 +110,7 @@ class PubMessage:
             yield ViewEntry(o.source, o.incarnation, o.seq, bool(joins >> i & 1))
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class PubRound:
     """PUB: a batch of one source's publications on a subscriber-only tree.
 
@@ -124,7 +125,7 @@ class PubRound:
     kind: Literal["PUB"] = "PUB"
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Sub:
     """SUB: a subscription, spread to every overlay node on the all-node tree."""
 
@@ -134,7 +135,7 @@ class Sub:
     kind: Literal["SUB"] = "SUB"
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Uns:
     """UNS: an unsubscription, spread on the subscriber-only tree like PUB.
 
@@ -151,7 +152,7 @@ class Uns:
     kind: Literal["UNS"] = "UNS"
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Ack:
     """ACK: the receiver's whole sub-tree has the round.
 
@@ -182,7 +183,7 @@ FENCE_ASK, FENCE_QUERY, FENCE_ANSWER, FENCE_DECIDED, FENCE_DECISION = range(5)
 """The steps of a :class:`Fence` (``topics._fence``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Fence:
     """FENCE: agreement on where a crashed source's stream ends (``topics._fence``).
 
@@ -214,7 +215,7 @@ class Fence:
 Packet = PubRound | Sub | Uns | Ack | Fence
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Bundle:
     """Packets for one neighbour that must leave together (a causal-aggregation release).
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from causal import CausalBarrier, CausalBuffer, Dep, MsgId
 from topics._messages import Bound, Fence, Packet, PubMessage, PubRound, RoundId, Uns, ViewEntry
 from vcube import Hypercube, partition_sorted
+from vcube._hot import hot
 
 REPAIR_ROUNDS = 1 << 62
 """Round numbers from here on name repair copies (:meth:`VCubePS._repair_child`);
@@ -176,7 +177,7 @@ class _Pending:
         self._packets(me)[child] = packet
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class _Relay:
     """Publications of a crashed source that this node passes on (see
     :meth:`VCubePS.crashed`): to every subscriber, or to ``dest`` alone (a
@@ -263,7 +264,7 @@ class _Poll:
         """Nodes that asked while it ran: each gets the decision too."""
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class _Announce:
     """Tell ``dest`` (which just joined) this node's subscription (see :meth:`VCubePS.joined`)."""
 

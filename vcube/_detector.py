@@ -190,7 +190,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from vcube._detmsg import DetectorMessage, Entry, Probe, Push, Reply, _check_message, _is_uint
 from vcube._detout import (
@@ -216,6 +216,7 @@ from vcube._detout import (
     Suspected,
 )
 from vcube._errors import DetectorError, RemoteDetectorError
+from vcube._hot import hot, replace
 from vcube._timing import ProbeTimeouts
 from vcube._topology import ID_BITS, MAX_ID, cluster, partition_sorted
 
@@ -286,7 +287,7 @@ class DetectorConfig:
 # ----------------------------------------------------------------- detector --
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class _Pending:
     """An unanswered probe: its round, send time, the target's incarnation it
     was meant for, the sync epoch it was sent in, which attempt it is and how
@@ -303,7 +304,7 @@ class _Pending:
     hinted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class _View:
     """What one believed-correct set implies: pull targets and monitored nodes."""
 

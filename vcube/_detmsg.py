@@ -12,15 +12,14 @@ stay pure Python (``p2p._build`` leaves this module out of the compiled build).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from vcube._errors import RemoteDetectorError
+from vcube._hot import hot
 from vcube._topology import MAX_ID
 
 # ----------------------------------------------------------------- messages --
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Entry:
     """What a node knows of ``node``: its ``incarnation`` and event ``counter``."""
 
@@ -29,7 +28,7 @@ class Entry:
     counter: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@hot(kw_only=True)
 class Probe:
     """A test: "are you alive, and what changed since your version ``since``?".
 
@@ -45,7 +44,7 @@ class Probe:
     since: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@hot(kw_only=True)
 class Reply:
     """Answer to the probe of ``round``: the replier's ``incarnation``, the
     ``version`` the ``entries`` bring the prober up to, and those entries."""
@@ -56,7 +55,7 @@ class Reply:
     entries: tuple[Entry, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@hot(kw_only=True)
 class Push:
     """Entries sent unasked down a VCube broadcast tree: the sender's
     ``incarnation`` and current ``version`` (not a sync point: a push holds

@@ -9,12 +9,11 @@ membership verdicts (:class:`Joined`, :class:`Left`, :class:`Suspected`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from vcube._detmsg import DetectorMessage
+from vcube._hot import hot
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class SendDetector:
     """Send ``msg`` to ``dest``."""
 
@@ -22,7 +21,7 @@ class SendDetector:
     msg: DetectorMessage
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Joined:
     """``node`` (at ``incarnation``) is now a member, believed correct."""
 
@@ -30,7 +29,7 @@ class Joined:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Left:
     """``node`` left gracefully and is forgotten."""
 
@@ -38,7 +37,7 @@ class Left:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Suspected:
     """``node`` at ``incarnation`` is now suspected (treat that incarnation as crashed)."""
 
@@ -46,7 +45,7 @@ class Suspected:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Corrected:
     """``node`` at ``incarnation`` was wrongly suspected and is believed correct again."""
 
@@ -54,7 +53,7 @@ class Corrected:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Restarted:
     """``node`` came back as incarnation ``new``; ``old`` is gone for good."""
 
@@ -63,7 +62,7 @@ class Restarted:
     new: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class SelfSuspected:
     """This node read ``(incarnation, counter)`` about itself: it was suspected
     (same incarnation, higher counter) or the network holds a newer incarnation
@@ -74,7 +73,7 @@ class SelfSuspected:
     counter: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Reported:
     """A message said ``node``'s ``incarnation`` is suspected, and this detector
     does not know ``node`` (it never joined, or left): not a member here, but
@@ -91,7 +90,7 @@ DetectorOutput = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class DetectorStats:
     """Cumulative counters for measurement.
 

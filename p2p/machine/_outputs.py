@@ -7,16 +7,16 @@ One typed union (:data:`NodeOutput`: the core's ``topics.Output`` and
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from p2p._membership import Peer
 from p2p.machine._recovery import Release
 from p2p.machine._seeds import ExchangeWithSeed, LeaveSeed
 from p2p.wire import Control
 from topics import Output
+from vcube._hot import hot
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class SendControl:
     """Send the control message ``msg`` (a detector message or a LEAVE) to ``dest``."""
 
@@ -24,7 +24,7 @@ class SendControl:
     msg: Control
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class SendExchange:
     """Send signed membership ``records`` to ``dest`` (``reply``: it answers
     with its own)."""
@@ -34,7 +34,7 @@ class SendExchange:
     reply: bool
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class MemberUp:
     """``node`` joined this node's view as ``incarnation`` (``reason``:
     ``discovered`` or ``restarted``), or, up already, is now ``incarnation``
@@ -46,7 +46,7 @@ class MemberUp:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class MemberDown:
     """Incarnations of ``node`` up to ``incarnation`` are over (``reason``:
     ``suspected``, ``left``, ``revoked``, ``crashed``).  ``was_up``: it was in
@@ -60,7 +60,7 @@ class MemberDown:
     was_up: bool
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class SuspicionCorrected:
     """``node``, suspected by this node, answers again; it comes back as a new
     incarnation once it learns of the suspicion (the core treats a suspected
@@ -69,7 +69,7 @@ class SuspicionCorrected:
     node: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Reincarnated:
     """This node was suspected: its core restarted as ``incarnation`` (it was
     ``previous``).  Core packets of the old life still queued must be dropped;
@@ -79,7 +79,7 @@ class Reincarnated:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Superseded:
     """Another process runs this node's identity as the newer ``incarnation``,
     alive (the detector holds it unsuspected): the identity was started twice
@@ -91,7 +91,7 @@ class Superseded:
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Stalled:
     """The driver handled the timer ``lag`` seconds late (this process was not
     running): ``moved`` probes were given more time instead of accusing others
@@ -101,12 +101,12 @@ class Stalled:
     moved: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class RoundStarted:
     """A detector round ran (once per ``interval``, on a fixed grid)."""
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Refused:
     """A frame of ``peer`` broke the protocol (``reason``): what came before it in
     the frame was taken and its outputs precede this one; the rest was not.
@@ -117,7 +117,7 @@ class Refused:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class RevocationsAdopted:
     """This node holds the fleet's revocation list ``serial`` now; ``fresh`` are
     the nodes it revokes that were not revoked before (each one's

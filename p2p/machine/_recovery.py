@@ -35,6 +35,7 @@ from p2p.machine._frontier import ENVELOPE_SIZE, GAP, SKIP, Frontier, envelope_o
 from p2p.machine._history import Deps, History, HistoryLimits
 from p2p.wire import MAX_REPLAY_DEPS, MAX_REPLAY_ENTRIES, Replay, ReplayEntry, Resume
 from topics import Delivered
+from vcube._hot import hot
 
 __all__ = ["HELD", "Recovery", "RecoveryConfig", "Release"]
 
@@ -91,7 +92,7 @@ class RecoveryConfig:
         return held > self.max_held or size > self.max_held_bytes
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Release:
     """Hand ``delivery`` to the application now, after ``missed`` publications
     of its source it will not get: a publication that was held, or one

@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from p2p.wire import Leave
+from vcube._hot import hot
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class ExchangeWithSeed:
     """Send ``records`` (this node's first) to the seed at ``address``, asking
     for its own; report the outcome to ``seed_reached`` or ``seed_failed``."""
@@ -29,7 +30,7 @@ class ExchangeWithSeed:
     records: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class LeaveSeed:
     """Tell the seed at ``address`` that this node leaves (``msg``): the seed
     learnt this node, but its own record never came back, so no LEAVE to the

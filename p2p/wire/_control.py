@@ -4,8 +4,6 @@ exchange, with their encoding and their checked decoding."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cbor2
 
 from p2p.wire._cbor import (
@@ -32,9 +30,10 @@ from p2p.wire._limits import (
 )
 from vcube import Probe, Push, RemoteDetectorError, Reply, decode_detector
 from vcube import encode_detector as _detector_tree
+from vcube._hot import hot
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class PeerExchange:
     """Signed discovery records passed between members (peer exchange).
 
@@ -47,14 +46,14 @@ class PeerExchange:
     reply: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Leave:
     """The sender's ``incarnation`` leaves the fleet gracefully: forget it, suspect nothing."""
 
     incarnation: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Members:
     """A digest of the membership records the sender holds (anti-entropy,
     ``p2p._membership``): a receiver holding a different set answers with its
@@ -66,7 +65,7 @@ class Members:
     revocations: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Revoked:
     """The fleet's signed revocation list, as bytes (checked by the receiver)."""
 
@@ -77,7 +76,7 @@ MAX_REVOKED_BLOB = 64 * 1024
 """Largest revocation list a REVOKED packet may carry."""
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Resume:
     """The sender, a subscriber of ``topic``, delivered the receiver's publications
     on it up to ``(epoch, ordinal)`` (``p2p.machine._frontier``): it asks for
@@ -88,7 +87,7 @@ class Resume:
     ordinal: int
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Replay:
     """Part ``part`` of ``parts`` of the answer to the :class:`Resume` for what
     came after ``(epoch, ordinal)`` on ``topic``: publications the sender

@@ -4,8 +4,6 @@ one for the frames exchanged all the time and the checked one, the reference."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, fields
 from itertools import pairwise
 from typing import Any, Final
 
@@ -30,6 +28,7 @@ from p2p.wire._limits import (
     WireLimits,
 )
 from topics import Ack, Bound, Fence, Packet, PubMessage, PubRound, RoundId, Sub, Uns, ViewEntry
+from vcube._hot import hot
 
 # ------------------------------------------------------------------ decoding
 #
@@ -92,48 +91,6 @@ def _ctr_at(b: bytes, p: int) -> tuple[int, int]:
 
 _new_tuple = tuple.__new__
 
-
-_MessageMaker = Callable[[MsgId, bytes, tuple[MsgId, ...], tuple[MsgId, ...], int, int], PubMessage]
-
-
-def _message_maker() -> _MessageMaker:
-    """A constructor of :class:`PubMessage` without the frozen dataclass' ``__init__``
-    (an ``object.__setattr__`` per field): it fills the slots directly.  Falls
-    back to the class itself if its layout is not the one this code knows."""
-    names = ("id", "payload", "deps", "op_deps", "prev", "op_joins", "_dep_set")
-    if (
-        tuple(f.name for f in fields(PubMessage)) != names
-        or getattr(PubMessage, "__slots__", ()) != names
-        or hasattr(PubMessage, "__post_init__")
-    ):
-        return PubMessage
-    set_id, set_payload, set_deps, set_op_deps, set_prev, set_joins, set_dep_set = (
-        vars(PubMessage)[n].__set__ for n in names
-    )
-    new = object.__new__
-
-    def make(
-        mid: MsgId,
-        payload: bytes,
-        deps: tuple[MsgId, ...],
-        op_deps: tuple[MsgId, ...],
-        prev: int,
-        joins: int,
-    ) -> PubMessage:
-        m: PubMessage = new(PubMessage)
-        set_id(m, mid)
-        set_payload(m, payload)
-        set_deps(m, deps)
-        set_op_deps(m, op_deps)
-        set_prev(m, prev)
-        set_joins(m, joins)
-        set_dep_set(m, None)
-        return m
-
-    return make
-
-
-_new_message: Final = _message_maker()
 
 _TOPIC_NAMES: dict[bytes, str] = {}
 """Decoded topic names by their UTF-8 bytes (cleared when it holds :data:`_CACHE_TOPICS`)."""
@@ -198,7 +155,7 @@ def _messages_at(
     last: list[Any] = [b"", 0, 0]
     messages = []
     items = total = 0
-    make = _new_message
+    make = PubMessage
     id_at = _id_at
     for _ in range(n):
         head = b[p]
@@ -538,7 +495,7 @@ def decode_packets(body: bytes, limits: WireLimits) -> list[Packet]:
     return packets
 
 
-@dataclass(frozen=True, slots=True)
+@hot
 class Body:
     """A decoded frame body: core packets, control packets, a peer exchange and
     the sender's detector version (*alive*, ``None`` if the frame has none)."""
