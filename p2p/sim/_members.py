@@ -4,18 +4,20 @@ It works on the shared state (``p2p.sim._world``: the machines, the lives of
 the processes, the queue, deferred work) and hands core outputs to the node
 path (``_World._emit``, ``_World.released``).  It reaches the reliable links
 (``p2p.sim._links``) and the ids started twice (``p2p.sim._twin``, which
-imports this module; typed here as :class:`ElderRouting`) through the
-references the engine gives it when it makes them.
+imports this module; typed as ``p2p.sim._process.ElderRouting``) through the
+references the engine gives it when it makes them.  Every process, the
+newest of an id (:class:`_Newest`) or an older one still running, is a
+``p2p.sim._process.Process`` that one loop drives (:meth:`_Membership.feed`,
+:meth:`_Membership.frame`, :meth:`_Membership.drive`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from p2p._errors import P2PError
-from p2p._membership import Peer
 from p2p.machine import (
     ExchangeWithSeed,
     HistoryLimits,
@@ -33,86 +35,19 @@ from p2p.machine import (
 )
 from p2p.sim._frames import Frame, control_body, packets_body
 from p2p.sim._links import Links
+from p2p.sim._process import (
+    SEED_BACKOFF,
+    SEED_INTERVAL,
+    ElderRouting,
+    Process,
+    sim_record,
+    sim_revocations,
+    verify_sim_record,
+    verify_sim_revocations,
+)
 from p2p.sim._recorder import summarize
 from p2p.sim._world import _World
 from topics import Output, RemoteProtocolError, VCubePS
-
-
-def _record(node: int, incarnation: int) -> bytes:
-    """A simulated node's membership record (the runtime's are signed)."""
-    return b"sim" + node.to_bytes(8, "big") + incarnation.to_bytes(8, "big")
-
-
-def _verify(record: bytes) -> tuple[Peer, int]:
-    """The peer and incarnation a simulated record names."""
-    if len(record) != 19 or not record.startswith(b"sim"):
-        raise P2PError(f"not a simulated membership record: {record!r}")
-    node, inc = int.from_bytes(record[3:11], "big"), int.from_bytes(record[11:], "big")
-    return Peer(node, "sim", 0, record, inc), inc
-
-
-def _revocations(serial: int, nodes: Iterable[int]) -> bytes:
-    """A simulated revocation list (the runtime's are signed by the fleet)."""
-    return b"simrev" + b"".join(n.to_bytes(8, "big") for n in (serial, *sorted(nodes)))
-
-
-def _verify_revocations(blob: bytes) -> tuple[int, frozenset[int]]:
-    """The serial and nodes of a simulated revocation list."""
-    if not blob.startswith(b"simrev") or (len(blob) - 6) % 8 or len(blob) < 14:
-        raise P2PError(f"not a simulated revocation list: {blob!r}")
-    ints = [int.from_bytes(blob[i : i + 8], "big") for i in range(6, len(blob), 8)]
-    return ints[0], frozenset(ints[1:])
-
-
-SEED_INTERVAL = 30.0
-"""Detector intervals between exchanges with a seed (the runtime's default
-``seed_interval``, 30 s, at its 1 s rounds)."""
-SEED_BACKOFF = 0.25
-"""Detector intervals before a failed seed exchange is tried again (doubling)."""
-
-
-class ElderRouting(Protocol):
-    """What the detector mode asks of the ids started twice (``p2p.sim._twin.Twins``,
-    which routes events to their older processes: declared here so that the
-    import only goes from ``_twin`` to ``_members``)."""
-
-    def catch(self, sender: int, node: int, life: int, what: tuple[Any, ...]) -> bool: ...
-    def divert_control(self, src: int, dst: int, msg: Any, start: float) -> bool: ...
-    def seen_newer(self, dest: int, src: int, start: float) -> None: ...
-    def seen(self, node: int, life: int, about: int, inc: int) -> None: ...
-    def new_life(self, observer: int, o: MemberUp, at: float) -> None: ...
-    def any_running(self) -> bool: ...
-
-
-class Process(Protocol):
-    """One running process of a node id, as the driver loop
-    (:meth:`_Membership.drive`) sees it: its machine, and what each kind of
-    machine output does for it.  The id's newest process (:class:`_Newest`,
-    the engine's tables) records what it does in the trace; the older
-    process of an id started twice (``p2p.sim._twin.Elder``) counts it.
-    Every input reaches either through :meth:`_Membership.feed` or
-    :meth:`_Membership.frame`."""
-
-    node: int
-
-    @property
-    def machine(self) -> NodeMachine: ...
-    def send(self, o: SendControl | SendExchange | ExchangeWithSeed, start: float) -> None: ...
-    def up(self, o: MemberUp, at: float) -> None: ...
-    def down(self, o: MemberDown, at: float) -> None: ...
-    def reincarnated(self, o: Reincarnated, at: float) -> None: ...
-    def superseded(self, at: float) -> bool:
-        """Whether the process stops on reading that a newer start of its id runs."""
-
-    def released(self, o: Release, at: float) -> None: ...
-    def emit(self, at: float, ready: float, outputs: list[Output]) -> None:
-        """Core outputs made at ``at``; the CPU is busy and sends leave from ``ready``."""
-
-    def emit_frame(self, done: float, outputs: list[Any]) -> None:
-        """Everything the machine gave for a link packet handled by ``done``."""
-
-    def arm(self) -> None:
-        """Queue the machine's timer if it moved (the contract: re-read after every call)."""
 
 
 class _Newest:
@@ -250,8 +185,8 @@ class _Membership:
             members,
             first_seq,
             detector=self.cfg,
-            verify=_verify,
-            verify_revocations=_verify_revocations,
+            verify=verify_sim_record,
+            verify_revocations=verify_sim_revocations,
             recovery=self.recovery,
             seed_interval=SEED_INTERVAL * self.cfg.interval,
             seed_backoff=SEED_BACKOFF * self.cfg.interval,
@@ -280,7 +215,7 @@ class _Membership:
         (``p2p.machine._seeds``), as in the runtime."""
         sim = self.sim
         m = sim.machines[node]
-        m.set_record(_record(node, sim.incarnation[node]))
+        m.set_record(sim_record(node, sim.incarnation[node]))
         for k in sorted(set(seeds) - {node}):
             if k not in sim.nodes:
                 raise P2PError(f"node {node} is introduced to unknown node {k}")
@@ -416,7 +351,7 @@ class _Membership:
         inc = sim.incarnation[sender]
         if sim.introductions is None:
             return m.learn(sender, inc, at)
-        return m.add_peer(*_verify(_record(sender, inc)), at)[1]
+        return m.add_peer(*verify_sim_record(sim_record(sender, inc)), at)[1]
 
     def honest(self, out: list[Any]) -> list[Any]:
         """``out`` of ``NodeMachine.receive``, after checking that no member broke
@@ -433,7 +368,7 @@ class _Membership:
         ``other``'s part (``Recorder.revoked``)."""
         sim = self.sim
         self.revoked.setdefault(other, sim.now)
-        blob = _revocations(len(self.revoked), self.revoked)
+        blob = sim_revocations(len(self.revoked), self.revoked)
         if other not in sim.recorder.silenced:
             sim.recorder.revoked(sim.now, other)
         if node not in sim.down:
@@ -590,7 +525,7 @@ class _Membership:
         sim.incarnation[node] = o.incarnation
         m = sim.machines[node]
         if m.record:
-            m.set_record(_record(node, o.incarnation))
+            m.set_record(sim_record(node, o.incarnation))
         sim.nodes[node] = m.core
         if self.links is not None:
             self.links.reincarnated(node)
