@@ -46,6 +46,10 @@ publications up to it.  So nothing above ``L`` was delivered by a member
 that was asked, and everything up to ``L`` reaches every member that gets
 the decision.  Not covered: a member the coordinator does not know
 (partial membership), or two coordinators that do not know of each other.
+
+One protocol, one file past the usual 600 lines: its four steps read and
+write the same per-topic fence state, and split apart each would hold half
+of every invariant.
 """
 
 from __future__ import annotations

@@ -75,6 +75,9 @@ here, and what this node published is in turn in the past of what it
 delivered).  A node's own publication is delivered at once; it is checked
 against what the node delivered between publishing and delivering it.
 Cost: one frontier merge per delivery, ``O(deliveries x sources per topic)``.
+
+One checker, one file past the usual 600 lines: every invariant is checked
+in the same merged pass over the trace, on the state that pass keeps.
 """
 
 from __future__ import annotations
