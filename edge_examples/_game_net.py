@@ -29,14 +29,10 @@ from typing import Any, Protocol
 import trio
 import trio.testing
 
+from edge_examples._game_ledger import Interval, Ledger, Pub, Receipt, Sample
 from edge_examples._game_logic import (
     BotPlan,
     GameMap,
-    Interval,
-    Ledger,
-    Pub,
-    Receipt,
-    Sample,
     StateUpdate,
     Tile,
     Walker,

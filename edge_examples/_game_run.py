@@ -34,8 +34,10 @@ from typing import Any, Protocol
 
 import trio
 
-from edge_examples._game_logic import GameMap, Ledger, RunInfo, Tile, plan_bots
+from edge_examples._game_ledger import Ledger
+from edge_examples._game_logic import GameMap, Tile, plan_bots
 from edge_examples._game_net import PlayerSpec, Shard, ShardSpec, write_ledger
+from edge_examples._game_report import RunInfo
 from p2p import P2PError
 from p2p.fleet import add_node, init_fleet
 

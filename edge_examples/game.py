@@ -38,17 +38,14 @@ from pathlib import Path
 
 import trio
 
+from edge_examples._game_ledger import Ledger
 from edge_examples._game_logic import (
     GameMap,
-    Ledger,
-    RunInfo,
     Tile,
     Walker,
-    build_report,
     parse_size,
     parse_tile,
     plan_bots,
-    summary_lines,
 )
 from edge_examples._game_net import (
     Manual,
@@ -59,6 +56,7 @@ from edge_examples._game_net import (
     ShardSpec,
     write_ledger,
 )
+from edge_examples._game_report import RunInfo, build_report, summary_lines
 from edge_examples._game_run import GameError, RunConfig, make_fleet, profiled, run_headless
 from p2p.cli import Shutdown, finite, graceful, run_cli
 from p2p.fleet import load_node

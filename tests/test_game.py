@@ -20,30 +20,34 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge_examples._game_logic import (
-    GameMap,
+from edge_examples._game_ledger import (
     Interval,
     Ledger,
     Pub,
     Receipt,
     ReceiptLog,
-    RunInfo,
+    check_deliveries,
+    check_order,
+)
+from edge_examples._game_logic import (
+    GameMap,
     StateUpdate,
     Tile,
     Walker,
     WorldView,
-    build_report,
-    check_deliveries,
-    check_order,
     interest_change,
-    latency_summary,
     parse_size,
     parse_tile,
-    percentile,
     plan_bots,
-    summary_lines,
 )
 from edge_examples._game_net import Manual
+from edge_examples._game_report import (
+    RunInfo,
+    build_report,
+    latency_summary,
+    percentile,
+    summary_lines,
+)
 from edge_examples._game_run import GameError, RunConfig, run_headless
 from edge_examples._game_ui import Seen, Snapshot, compose
 from p2p._identity import add_node, init_fleet
