@@ -13,6 +13,8 @@ import p2p.machine._machine as machine_module
 from p2p._membership import Peer
 from p2p.machine import (
     ENVELOPE_SIZE,
+    ExchangeWithSeed,
+    LeaveSeed,
     MemberDown,
     MemberUp,
     NodeMachine,
@@ -231,3 +233,33 @@ def test_a_reply_from_a_peer_answers_its_probe() -> None:
     assert m.receive(2, _ctl(reply), 0.1) == []
     assert m.detector is not None
     assert m.detector.deadline() is None
+
+
+def test_leaving_while_a_seed_exchange_is_under_way_tells_that_seed() -> None:
+    """A node that closes after its records went to a seed, before the exchange's
+    outcome was reported (the seed may have learnt it already), sends that
+    seed a LEAVE on a connection of its own: else the seed, whose record never
+    came back, would suspect a node that left (real nodes: the seed dialled
+    the closed joiner, failed, and suspected it)."""
+    m = _machine(1)
+    m.add_seed("seed:1", 0.0)
+    started = [o for o in m.handle_timer(0.0) if isinstance(o, ExchangeWithSeed)]
+    assert [o.address for o in started] == ["seed:1"]
+    assert [(o.address, o.msg) for o in m.leave(0.5) if isinstance(o, LeaveSeed)] == [
+        ("seed:1", Leave(1))
+    ]
+
+
+def test_a_seed_never_tried_or_known_up_gets_no_seed_leave() -> None:
+    """No exchange started yet, or the seed is a member (it gets the members'
+    LEAVE): no :class:`LeaveSeed`."""
+    idle = _machine(1)
+    idle.add_seed("seed:1", 5.0)  # due later: nothing under way at 0.5
+    assert not [o for o in idle.leave(0.5) if isinstance(o, LeaveSeed)]
+    m = _machine(1, members={2: 1})
+    m.add_seed("seed:2", 0.0)
+    m.handle_timer(0.0)
+    m.seed_reached("seed:2", 2, 0.1)
+    out = m.leave(0.5)
+    assert not [o for o in out if isinstance(o, LeaveSeed)]
+    assert SendControl(2, Leave(1)) in out

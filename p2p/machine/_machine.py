@@ -384,15 +384,16 @@ class NodeMachine(_Fleet):
 
     def leave(self, now: float) -> Out:
         """This node leaves gracefully: a LEAVE to every member believed up, and to
-        every seed that learnt this node but whose own record never came
-        (:class:`LeaveSeed`); the detector and the seed exchanges stop (a
-        leaving node accuses nobody)."""
+        every seed that learnt this node, or may have (an exchange under way),
+        but whose own record never came (:class:`LeaveSeed`); the detector and
+        the seed exchanges stop (a leaving node accuses nobody)."""
         self._leaving = True
         leave = Leave(self.incarnation)
         out: Out = [SendControl(node, leave) for node in sorted(self.alive)]
         for node, address in sorted(self.seeds.met().items()):
             if node not in self.alive and node not in self.dead:
                 out.append(LeaveSeed(address, leave))
+        out += [LeaveSeed(address, leave) for address in self.seeds.under_way()]
         return out
 
     # ------------------------------------------------------- membership --

@@ -102,3 +102,8 @@ class Seeds:
     def met(self) -> dict[int, str]:
         """The seeds reached at least once, by the node each turned out to be."""
         return {s.node: a for a, s in self._seeds.items() if s.node is not None}
+
+    def under_way(self) -> list[str]:
+        """The addresses never reached whose first exchange is under way: the seed
+        may have learnt this node already, its outcome not yet reported."""
+        return sorted(a for a, s in self._seeds.items() if s.due is None and s.node is None)
