@@ -363,6 +363,29 @@ def test_one_way_discovery_faults_and_hints_still_converge(data: st.DataObject, 
     _run_faults(Simulation(ids, seed=seed, detector=FAST, introductions=intro), script, hints)
 
 
+@settings(max_examples=1, deadline=None)
+@given(st.none())  # legal_script notes its steps, which only a Hypothesis test may
+def test_a_resume_does_not_hand_on_what_precedes_a_handed_delivery_by_fifo(
+    nothing: None,
+) -> None:
+    """A verify-profile example of the property above (seven nodes knowing only
+    node 0, no crash): node 6 delivered (0, 1), whose barrier names (5, 3),
+    which its subscription had settled without delivering; a resume later
+    brought (5, 2), which precedes (5, 3) in its stream and so (0, 1).  It
+    is not handed on (counted as missed): causal order holds."""
+    ids = list(range(7))
+    intro: dict[int, set[int]] = {k: {0} for k in ids[1:]}
+    raw = [
+        (0.0, 1, "t", 0), (0.0, 1, "t", 2), (0.0, 2, "t", 0), (0.0, 2, "t", 7),
+        (0.0, 5, "t", 0), (0.0, 6, "t", 0), (127.3, 0, "t", 1), (317.7, 5, "t", 1),
+        (337.0, 5, "t", 1), (337.0, 5, "t", 1), (1118.8, 2, "t", 0), (1419.9, 1, "t", 2),
+        (1555.7, 1, "t", 0), (1952.0, 0, "t", 1), (2670.0, 5, "t", 1),
+    ]  # fmt: skip
+    steps = [(t, n, topic, 8 if n == 0 and roll == 9 else roll) for t, n, topic, roll in raw]
+    script = legal_script(steps, crash_roll=9, max_down=len(ids) // 2, recover=True)
+    _run_faults(Simulation(ids, seed=198, detector=FAST, introductions=intro), script, [])
+
+
 def test_a_node_told_of_a_subscriber_it_never_met_also_learns_it_died() -> None:
     """Found by the property above (seed 0): X crashes at once, Y subscribes
     and crashes at 231 u.t., X recovers at 1358 knowing only the seed and

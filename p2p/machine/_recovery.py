@@ -150,10 +150,12 @@ class Recovery:
         self._deps: dict[str, tuple[int, Deps]] = {}
         """Per topic this node published on, its dependencies as of a count of
         frontier changes (recomputed only after a delivery)."""
-        self._named: dict[str, dict[MsgId, None]] = {}
-        """Per topic, publications that something handed on directly follows
-        (``Delivered.deps``): a copy of one from a resume can no longer go on
-        in causal order (bounded: :data:`NAMED_KEPT` per topic)."""
+        self._named: dict[str, dict[tuple[int, int], int]] = {}
+        """Per topic and stream ``(source, incarnation)``, the highest sequence
+        number that something handed on directly follows (``Delivered.deps``):
+        that publication and, by FIFO, every earlier one of its stream precede
+        it, so a copy of one of them from a resume can no longer go on in
+        causal order (bounded: :data:`NAMED_KEPT` streams per topic)."""
         self._answered: dict[tuple[int, str], tuple[float, float]] = {}
         """Per asker and topic: answers still allowed, and since when."""
         self.stats = {"resumes_sent": 0, "resumes_answered": 0, "resumes_refused": 0,
@@ -254,17 +256,26 @@ class Recovery:
     # ----------------------------------------------------- as subscriber --
 
     def followed(self, d: Delivered) -> None:
-        """``d`` goes to the application: what it directly follows cannot go
-        after it (a resume's copy of one of those is not handed on)."""
+        """``d`` goes to the application: what it directly follows, and what
+        precedes those in their streams, cannot go after it (a resume's copy
+        of one of those is not handed on)."""
         if not d.deps:
             return
         named = self._named.get(d.topic)
         if named is None:
             named = self._named[d.topic] = {}
         for dep in d.deps:
-            named[dep] = None
+            stream = (dep.source, dep.incarnation)
+            if dep.seq > named.get(stream, -1):
+                named[stream] = dep.seq
         while len(named) > NAMED_KEPT:
             del named[next(iter(named))]
+
+    def precedes_handed(self, topic: str, mid: MsgId) -> bool:
+        """Whether something already handed on follows ``mid`` (it, or a later
+        publication of its stream, was named by a handed delivery)."""
+        named = self._named.get(topic)
+        return named is not None and mid.seq <= named.get((mid.source, mid.incarnation), -1)
 
     def hand(self, d: Delivered, member: bool, now: float) -> tuple[int, Sequence[Any]]:
         """A delivery of another node's publication from the core: the count of
@@ -535,7 +546,7 @@ class _Merge:
         d, _ = items.popleft()
         if not items:
             del self.replays[source]
-        if d.id in self.recovery._named.get(self.topic, ()):
+        if self.recovery.precedes_handed(self.topic, d.id):
             # Something already handed on follows it: too late for causal
             # order.  Not handed on; the next delivery counts it as missed.
             return
