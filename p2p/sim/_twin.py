@@ -15,7 +15,7 @@ tables (``machines``, ``nodes``, ``clocks``, ``incarnation``) hold the newest
 process; each older one that still runs is an :class:`Elder` with its own
 machine, CPU and link, run by the detector mode's one driver loop
 (``_Membership.feed``, ``frame`` and ``drive``, as a
-:class:`~p2p.sim._members.Process`); this module routes to it and says what
+:class:`~p2p.sim._process.Process`); this module routes to it and says what
 its outputs do.  Addressing follows the runtime: what a
 node sends to the id goes to the process its link points at, the newest
 incarnation of the id its machine holds (``machines[sender].incs``): the
@@ -67,7 +67,7 @@ TWIN_GAP = 1000
 @dataclass(slots=True)
 class Elder:
     """The older process of an id started twice (see the module docstring): a
-    :class:`~p2p.sim._members.Process` that the detector mode's driver loop
+    :class:`~p2p.sim._process.Process` that the detector mode's driver loop
     runs like any other, whose outputs leave on its own link and whose
     deliveries and reincarnations are counted, never recorded."""
 
