@@ -40,6 +40,7 @@ from p2p.sim._process import (
     SEED_INTERVAL,
     ElderRouting,
     Process,
+    addressed,
     sim_record,
     sim_revocations,
     verify_sim_record,
@@ -493,8 +494,7 @@ class _Membership:
     ) -> None:
         sim = self.sim
         self.counts["control_sent"] += 1
-        msg = o.msg if type(o) is SendControl else o  # an exchange travels as itself
-        dest = int(o.address) if isinstance(o, ExchangeWithSeed) else o.dest
+        dest, msg = addressed(o)
         if self.twins is not None and self.twins.divert_control(src, dest, msg, start):
             return
         item = (src, dest, msg, sim.incarnation[dest])

@@ -106,11 +106,20 @@ class Process(Protocol):
         """Queue the machine's timer if it moved (the contract: re-read after every call)."""
 
 
+def addressed(o: SendControl | SendExchange | ExchangeWithSeed) -> tuple[int, Any]:
+    """Where a machine's control output goes in the simulator, and what travels:
+    a seed's address is its node id, and an exchange travels as itself."""
+    msg = o.msg if type(o) is SendControl else o
+    dest = int(o.address) if isinstance(o, ExchangeWithSeed) else o.dest
+    return dest, msg
+
+
 __all__ = [
     "SEED_BACKOFF",
     "SEED_INTERVAL",
     "ElderRouting",
     "Process",
+    "addressed",
     "sim_record",
     "sim_revocations",
     "verify_sim_record",

@@ -57,6 +57,7 @@ from p2p.machine import (
 )
 from p2p.sim._frames import Frame, pack_frames, parts_of
 from p2p.sim._members import _Membership
+from p2p.sim._process import addressed
 from p2p.sim._world import _World
 from topics import Delivered, Output, Send
 
@@ -360,8 +361,7 @@ class Twins:
         """A control message from the elder (its own event kind: it carries the
         elder's record, nothing newer to learn)."""
         self.members.counts["control_sent"] += 1
-        msg = o.msg if type(o) is SendControl else o
-        dest = int(o.address) if isinstance(o, ExchangeWithSeed) else o.dest
+        dest, msg = addressed(o)
         item = (elder.node, dest, msg, self.sim.incarnation[dest])
         self.members._push(start + self._delay(elder.node, dest), self.SENT, item)
 
