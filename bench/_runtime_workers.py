@@ -30,6 +30,7 @@ different MESSAGES gives instructions per message (``docs/telemetry.md``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -392,7 +393,10 @@ async def _ours_node(
                 await trio.sleep(0.01)
         emit("up", id=f"{node.id:016x}", imported_ns=imported, started_ns=STARTED_NS)
         await _ours_command("sub")
-        sub = await node.subscribe(TOPIC)
+        # Without its own publications where the library can (as Zenoh's
+        # subscribers, Locality.REMOTE); a base checkout without it drops them.
+        own_param = "own" in inspect.signature(node.subscribe).parameters
+        sub = await (node.subscribe(TOPIC, own=False) if own_param else node.subscribe(TOPIC))
         emit("subscribed")
         start_ns = int((await _ours_command("go"))[1])
         at_go = mark()
@@ -465,10 +469,19 @@ async def _trio_sleep_until(t_ns: int) -> None:
 
 
 async def _ours_receive(sub: Any, rec: Recorder) -> None:
-    """Record every delivery but the node's own publications."""
-    async for d in sub:
-        if not d.own:
-            rec.on(d.payload)
+    """Record every delivery but the node's own publications, a batch per
+    wake-up where the library offers batches (``Subscription.batches``)."""
+    batches = getattr(sub, "batches", None)
+    if batches is None:
+        async for d in sub:
+            if not d.own:
+                rec.on(d.payload)
+        return
+    on = rec.on
+    async for batch in batches():
+        for d in batch:
+            if not d.own:
+                on(d.payload)
 
 
 async def _ours_publish(node: Any, spec: Spec, start_ns: int, sent: Sent) -> None:

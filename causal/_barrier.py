@@ -41,6 +41,15 @@ class CausalBarrier:
         """Record a newly learned membership operation (replaces the node's older one)."""
         self._ops[op.source] = op
 
+    def publish(self, mid: MsgId) -> tuple[tuple[MsgId, ...], tuple[MsgId, ...]]:
+        """:attr:`pubs` and :attr:`ops` (the barrier of ``mid``), then :meth:`published`."""
+        pubs = self._pubs
+        barrier = (next(iter(pubs)),) if len(pubs) == 1 else tuple(sorted(pubs))
+        ops = tuple(sorted(self._ops.values())) if self._ops else ()
+        self._pubs = {mid}
+        self._ops.clear()
+        return barrier, ops
+
     def published(self, mid: MsgId) -> None:
         """After publishing ``mid``: it is now the only direct predecessor."""
         self._pubs = {mid}

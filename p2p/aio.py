@@ -291,14 +291,16 @@ class AioNode:
 
     # ------------------------------------------------------------ public API
 
-    async def subscribe(self, topic: str) -> Subscription:
-        """Join ``topic``; returns once the subscription is acknowledged."""
+    async def subscribe(self, topic: str, *, own: bool = True) -> Subscription:
+        """Join ``topic``; returns once the subscription is acknowledged
+        (``own=False``: without this node's own publications, see
+        :meth:`p2p.Node.subscribe`)."""
         node = self._live()
         feed: _Feed[Delivery] = _Feed(self._loop, self._token_or_raise(), self._queue_size)
         self._feeds.add(feed)
 
         async def start() -> TrioSubscription:
-            sub = await node.subscribe(topic)
+            sub = await node.subscribe(topic, own=own)
             if self._nursery is None:  # the node began closing meanwhile
                 raise NodeError("the node is closed")
             self._nursery.start_soon(self._pump, sub, feed)

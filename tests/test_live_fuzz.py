@@ -82,6 +82,7 @@ from p2p.runtime import Delivery, Node, NodeConfig, open_node
 from p2p.runtime._config import TraceHook
 from p2p.sim import TraceEvent, check_trace, format_violations
 from p2p.wire import (
+    PROTOCOL_VERSION,
     FrameReader,
     PeerExchange,
     WireError,
@@ -289,7 +290,8 @@ def structured_body(rng: random.Random, base: bytes, sub: bytes) -> tuple[str, b
         )
     )
     if name == "wrong-version":
-        version = rng.choice((0, 2, 3, 255, 2**16, 2**63 - 1, -1, True, "1", b"\x01", [1]))
+        wrong = (0, PROTOCOL_VERSION - 1, PROTOCOL_VERSION + 1, 255, 2**16, 2**63 - 1, -1, True)
+        version = rng.choice((*wrong, "1", b"\x01", [1]))
         return name, cbor2.dumps([version, packets])
     if name == "deep-nesting":
         nested: Any = packets
@@ -836,7 +838,7 @@ class Attack:
             name, body = structured_body(rng, base, sub)
             return f"c/structured/{name}", body
         if terminal == "c/wrong-version":
-            return terminal, cbor2.dumps([2, cbor2.loads(base)[1]])
+            return terminal, cbor2.dumps([PROTOCOL_VERSION + 1, cbor2.loads(base)[1]])
         if terminal.startswith("c/forged-record"):
             records = [*rng.sample(self.honest_records, rng.randint(0, 2))]
             _, _, which = terminal.partition("#")

@@ -421,6 +421,64 @@ def test_subscription_receive_is_a_cancellation_point() -> None:
     trio.run(main)
 
 
+def test_batches_hand_out_what_iteration_would_in_the_same_order() -> None:
+    """``receive_batch`` takes what is queued, at most ``limit``, at least one
+    (waiting for it); ``batches`` ends after the last one once unsubscribed."""
+
+    async def main() -> None:
+        sub = Subscription("t", capacity=100)
+        with pytest.raises(ValueError, match="at least 1"):
+            sub.batches(0)
+        got: list[list[int]] = []
+
+        async def read() -> None:
+            async for batch in sub.batches(limit=4):
+                got.append([d.seq for d in batch])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []  # waits for the first
+            for i in range(10):
+                sub._put(_delivery(i))
+            await trio.testing.wait_all_tasks_blocked()
+            sub._put(_delivery(10))
+            sub._close()
+        assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9], [10]]
+        with pytest.raises(trio.EndOfChannel):
+            await sub.receive_batch()
+
+    trio.run(main)
+
+
+def test_a_subscription_without_own_publications_gets_only_the_others(tmp_path: Path) -> None:
+    """``subscribe(topic, own=False)``: this node's publications still go out
+    and still order what it delivers, but are not handed out here."""
+    dirs = _fleet(tmp_path, 2)
+    cfg = _config()
+
+    async def main() -> None:
+        async with open_node(dirs[0], cfg) as a, open_node(dirs[1], cfg) as b:
+            await _until_members([a, b], 2)
+            with trio.fail_after(30):
+                mine = await a.subscribe("t", own=False)
+                theirs = await b.subscribe("t")
+                await a.publish("t", b"a1", wait_acked=True)
+                await b.publish("t", b"b1", wait_acked=True)
+                await a.publish("t", b"a2", wait_acked=True)
+                got_b: list[Delivery] = []
+                await _collect(theirs, 3, got_b)
+                assert [(d.payload, d.own) for d in got_b] == [
+                    (b"a1", False),
+                    (b"b1", True),
+                    (b"a2", False),
+                ]
+                await a.unsubscribe("t")
+                assert [d.payload async for d in mine] == [b"b1"]
+
+    trio.run(main)
+
+
 def test_unsubscribe_ends_the_iteration(tmp_path: Path) -> None:
     (d,) = _fleet(tmp_path, 1)
 

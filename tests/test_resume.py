@@ -32,6 +32,7 @@ from p2p.wire import (
     MAX_REPLAY_DEPS,
     MAX_REPLAY_ENTRIES,
     MAX_REPLAY_PARTS,
+    PROTOCOL_VERSION,
     Replay,
     Resume,
     WireError,
@@ -310,7 +311,7 @@ def test_malformed_resumes_and_replays_are_refused(msg: list[object], match: str
     import cbor2
 
     with pytest.raises(WireError, match=match):
-        decode_body(cbor2.dumps([2, [msg]]), WireLimits(max_payload=65536))
+        decode_body(cbor2.dumps([PROTOCOL_VERSION, [msg]]), WireLimits(max_payload=65536))
 
 
 class _Fleet:

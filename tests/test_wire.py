@@ -111,9 +111,31 @@ messages = st.builds(
     ),
     st.one_of(st.just(-1), counters),
 ).flatmap(_with_joins)
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> tuple[PubMessage, ...]:
+    """A round as sources send them: publications each naming only the one
+    before it (``chains_on``, short form on the wire), now and then one that
+    names more, or an op."""
+    first = draw(messages)
+    out = [first]
+    for _ in range(draw(st.integers(1, 5))):
+        before = out[-1].id
+        seq = before.seq + draw(st.integers(1, 3))
+        if before.seq + 3 >= COUNTER_LIMIT:
+            break
+        mid = MsgId(before.source, before.incarnation, seq)
+        payload = draw(st.binary(max_size=40))
+        extra = draw(st.sampled_from([(), (), (), (MsgId(1, 0, 1),)]))
+        out.append(PubMessage(mid, payload, (before, *extra), (), before.seq))
+    return tuple(out)
+
+
 bound_lists = st.lists(st.builds(Bound, nodes, counters, counters), max_size=4).map(tuple)
 packets: st.SearchStrategy[Packet] = st.one_of(
     st.builds(PubRound, round_ids, topics, st.lists(messages, max_size=4).map(tuple), dests),
+    st.builds(PubRound, round_ids, topics, chains(), dests),
     st.builds(Sub, round_ids, topics, ops),
     st.builds(Uns, round_ids, topics, ops, dests, bound_lists, bound_lists),
     st.builds(
@@ -198,10 +220,12 @@ def cbor_tree(p: Packet) -> list[object]:
 
     def msgs(v: tuple[PubMessage, ...]) -> list[list[object]]:
         return [
-            [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, joins(m.op_joins)][
+            [m.id.seq, m.payload]  # a chain's follower
+            if i and m.chains_on(v[i - 1].id)
+            else [list(m.id), m.payload, ids(m.deps), ids(m.op_deps), m.prev, joins(m.op_joins)][
                 : 6 if m.op_joins else 5
             ]
-            for m in v
+            for i, m in enumerate(v)
         ]
 
     r = [p.round.source, p.round.incarnation, p.round.number]
@@ -464,6 +488,19 @@ def msg_raw(**kw: object) -> list[object]:
     return [f["id"], f["payload"], f["deps"], f["op_deps"], f["prev"]]
 
 
+def test_a_follower_is_the_publication_that_names_only_the_one_before_it() -> None:
+    """``[seq, payload]`` after a message stands for the publication of its
+    stream that names that message alone, as barrier and as ``prev``; both
+    decoders read it so, and the encoder writes it so."""
+    raw = body(pub_raw(messages=[msg_raw(prev=0), [12, b"cd"]]))
+    first = PubMessage(MsgId(3, 1, 9), b"ab", (), (), 0)
+    second = PubMessage(MsgId(3, 1, 12), b"cd", (MsgId(3, 1, 9),), (), 9)
+    want = PubRound(RoundId(3, 1, 7), "t", (first, second), (4, 6))
+    assert decode_packets(raw, SMALL) == [want]
+    assert _decode_direct(raw, SMALL) == Body([want])
+    assert encode_packets([want]) == raw
+
+
 def test_hand_written_bodies_are_valid() -> None:
     """The baselines below are accepted: each rejection case breaks exactly one rule."""
     ack = [3, RID, "t", [OP], [[1, 2, 3]]]
@@ -551,6 +588,20 @@ REJECT: dict[str, tuple[bytes, str]] = {
     ),
     "msg id of 2": (body(pub_raw(messages=[msg_raw(deps=[[3, 1]])])), "deps"),
     "message of 4": (body(pub_raw(messages=[msg_raw()[:4]])), "message"),
+    "follower first": (body(pub_raw(messages=[[10, b"ab"]])), "follower .* comes first"),
+    "follower in long form": (
+        body(pub_raw(messages=[msg_raw(), msg_raw(id=[3, 1, 10], deps=[ID], prev=9)])),
+        "follows the message before it in long form",
+    ),
+    "follower payload not bytes": (
+        body(pub_raw(messages=[msg_raw(), [10, "ab"]])),
+        "payload: expected a byte string",
+    ),
+    "follower payload too long": (
+        body(pub_raw(messages=[msg_raw(), [10, b"x" * 17]])),
+        "exceed max_payload",
+    ),
+    "follower seq not a counter": (body(pub_raw(messages=[msg_raw(), [-1, b"ab"]])), "seq"),
     "message of 7": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), 1, 1]])), "message"),
     "joins of 0": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), 0]])), "joins"),
     "joins past the ops": (body(pub_raw(messages=[[*msg_raw(op_deps=[ID]), 2]])), "joins"),

@@ -12,9 +12,10 @@ so :meth:`_Aggregation._flush_held` may release everything at once.
 from __future__ import annotations
 
 from causal import MsgId
-from topics._delivery import _Delivery, _predates
+from topics._delivery import _predates
 from topics._events import Held, Output, Send
 from topics._messages import Bundle, Packet, PubMessage, PubRound
+from topics._runs import _Runs
 from topics._state import _Held, _Topic
 
 
@@ -35,7 +36,7 @@ def _all_delivered(state: _Topic, first: PubMessage) -> bool:
     return state.buffer.known_met(first.dep_lookup())
 
 
-class _Aggregation(_Delivery):
+class _Aggregation(_Runs):
     """Hold-back of round packets per child (see the module docstring)."""
 
     def _aggregate(

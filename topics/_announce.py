@@ -70,6 +70,16 @@ class _Announcing(_Aggregation):
             return  # everything from there on is marked already
         last = state.last_rx.get(key, -1)
         for msg in fresh:
+            deps = msg.deps
+            if (
+                not msg.op_deps
+                and len(deps) == 1
+                and deps[0][0] == src
+                and deps[0][1] == inc
+                and msg.prev <= last
+            ):
+                last = msg.id.seq  # names only its own stream: _unknown_ops finds nothing
+                continue
             found = self._unknown_ops(state, msg)
             if msg.prev > last:
                 if not marks or GAP not in marks:

@@ -159,16 +159,20 @@ class VCubePS(_Receive):
         if len(state.queue) >= self.config.max_queued_ops:
             raise LocalProtocolError(f"{len(state.queue)} operations already queued on {topic!r}")
         mid = MsgId(self.id, self.incarnation, self._next_seq())
-        ops = state.barrier.ops
+        pubs, ops = state.barrier.publish(mid)
         joins = state.op_joins(ops) if ops else 0
-        msg = PubMessage(mid, bytes(payload), state.barrier.pubs, ops, state.last_pub, joins)
-        state.barrier.published(mid)
+        msg = PubMessage(mid, bytes(payload), pubs, ops, state.last_pub, joins)
         state.published, state.last_pub = True, mid.seq
-        if not state.preset:
-            self._note_own(state, msg)
+        if not state.preset and (ops or len(pubs) != 1 or pubs[0][0:2] != mid[0:2]):
+            self._note_own(state, msg)  # else it names only its own stream: nothing to mark
         out: list[Output] = [Published(topic, mid), Delivered(topic, mid, msg.payload, own=True)]
-        out.extend(self._release(state, state.buffer.advance(self.id, self.incarnation, mid.seq)))
-        out.extend(self._enqueue(state, msg))
+        released = state.buffer.advance(self.id, self.incarnation, mid.seq)
+        if released:
+            out += self._release(state, released)
+        if state.in_flight is None:
+            out += self._enqueue(state, msg)
+        else:
+            state.queue.append(msg)  # _enqueue's case while a round is in flight
         return out
 
     def preset_subscription(

@@ -103,6 +103,20 @@ class PubMessage:
         deps = self.deps
         return deps if len(deps) < DEP_SET_MIN else self.dep_set()
 
+    def chains_on(self, before: MsgId) -> bool:
+        """Whether this publication follows ``before`` in its stream and names
+        nothing else (barrier and ``prev``), no op: a chain's follower, sent in
+        short form on the wire and delivered in a run (``topics._runs``)."""
+        deps, mid = self.deps, self.id
+        return (
+            not self.op_deps
+            and self.prev == before[2]
+            and len(deps) == 1
+            and deps[0] == before
+            and mid[0] == before[0]
+            and mid[1] == before[1]
+        )
+
     def named_ops(self) -> Iterator[ViewEntry]:
         """The membership ops this publication names, whole (see ``op_joins``)."""
         joins = self.op_joins

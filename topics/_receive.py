@@ -179,8 +179,8 @@ class _Receive(_Fence):
             if packet.predates and state.subscribed and state.lonely:
                 beyond = dict(_bounds_of(packet.beyond))
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
-        for msg in fresh:
-            out.extend(self._on_publication(state, msg))
+        if fresh:
+            out += self._publications(state, fresh)
         if fresh and state.marked:  # kept until streams came up to marks (topics._fence)
             out.extend(self._marks_came(state))
         if fresh and state.confirmed:

@@ -168,9 +168,15 @@ class BlockingNode:
 
         return self._call(wait, timeout, short)
 
-    def subscribe(self, topic: str, timeout: float | None = None) -> BlockingSubscription:
-        """Join ``topic``; returns once the subscription is acknowledged."""
-        sub = self._call(lambda: self._live().subscribe(topic), timeout, f"subscribe({topic!r})")
+    def subscribe(
+        self, topic: str, timeout: float | None = None, *, own: bool = True
+    ) -> BlockingSubscription:
+        """Join ``topic``; returns once the subscription is acknowledged
+        (``own=False``: without this node's own publications, see
+        :meth:`p2p.Node.subscribe`)."""
+        sub = self._call(
+            lambda: self._live().subscribe(topic, own=own), timeout, f"subscribe({topic!r})"
+        )
         return BlockingSubscription(self, sub)
 
     def publish(

@@ -107,6 +107,10 @@ class MembershipEvent:
     reason: str = ""
 
 
+DELIVERY_BATCH = 64
+"""Deliveries :meth:`Subscription.receive` hands out between two schedule points."""
+
+
 class Subscription:
     """Async iterator of :class:`Delivery` for one topic.
 
@@ -117,8 +121,10 @@ class Subscription:
     round of publications thus costs one wake-up, not one per delivery.
     """
 
-    def __init__(self, topic: str, capacity: int) -> None:
+    def __init__(self, topic: str, capacity: int, *, own: bool = True) -> None:
         self.topic = topic
+        self.own = own
+        """Whether this node's own publications on the topic are handed out too."""
         self.dropped = 0
         """Deliveries lost because the application did not read fast enough."""
         self._queue: deque[Delivery] = deque()
@@ -168,6 +174,33 @@ class Subscription:
             return self._queue.popleft()
         return await self._next()
 
+    async def receive_batch(self, limit: int = DELIVERY_BATCH) -> list[Delivery]:
+        """The queued deliveries, in order, at most ``limit`` and at least one
+        (waiting for it); ``trio.EndOfChannel`` once unsubscribed and all read.
+        A cancellation point; lets other tasks run once per batch."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        queue = self._queue
+        if queue:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        while not queue:
+            if self._closed:
+                raise trio.EndOfChannel
+            self._parked = True
+            await self._waiting.park()
+        self._streak = 0
+        pop = queue.popleft
+        return [pop() for _ in range(min(limit, len(queue)))]
+
+    def batches(self, limit: int = DELIVERY_BATCH) -> AsyncIterator[list[Delivery]]:
+        """``async for batch in sub.batches(): ...``: :meth:`receive_batch` until
+        the subscription ends (the same deliveries, in the same order, as
+        iterating the subscription, for one wake-up per batch)."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        return _Batches(self, limit)
+
     async def _next(self) -> Delivery:
         """:meth:`receive` after its cancellation point, when it has to yield or wait."""
         queue = self._queue
@@ -182,5 +215,17 @@ class Subscription:
         return queue.popleft()
 
 
-DELIVERY_BATCH = 64
-"""Deliveries :meth:`Subscription.receive` hands out between two schedule points."""
+class _Batches:
+    """The iterator :meth:`Subscription.batches` returns."""
+
+    def __init__(self, sub: Subscription, limit: int) -> None:
+        self._sub, self._limit = sub, limit
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[Delivery]:
+        try:
+            return await self._sub.receive_batch(self._limit)
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None

@@ -293,6 +293,10 @@ class _Driver(_NodeState):
         """The machine delivers ``d`` (through its frontier: nothing missed before
         it): on to the application, unless its payload lacks the envelope and
         stamp (no honest member sends that)."""
+        if d.own and self._trace is None:  # not traced: nothing to do unless it is read
+            sub = self._subs.get(d.topic)
+            if sub is None or not sub.own:
+                return
         if len(d.payload) < _HEAD:
             self.stats["malformed_payload"] += 1
             log.error("publication %r on %r has no envelope: not delivered", d.id, d.topic)
@@ -329,7 +333,7 @@ class _Driver(_NodeState):
                 held = 0.0 if got is None else (now - got) * 1000
             self.recorder.delivered(d.topic, (now + self._wall_offset - stamp) * 1000, held)
         sub = self._subs.get(d.topic)
-        if sub is None:
+        if sub is None or (d.own and not sub.own):
             return
         queue = sub._queue  # Subscription._put, inlined: once per delivery
         if len(queue) >= sub._capacity:

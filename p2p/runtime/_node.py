@@ -84,12 +84,16 @@ class Node(_Server):
         """The overlay members this node knows and believes up (itself included)."""
         return frozenset(self._alive) | {self.id}
 
-    async def subscribe(self, topic: str) -> Subscription:
-        """Join ``topic``; returns once the subscription's ACK wave has come back."""
+    async def subscribe(self, topic: str, *, own: bool = True) -> Subscription:
+        """Join ``topic``; returns once the subscription's ACK wave has come back.
+
+        With ``own=False`` the subscription hands out only other nodes'
+        publications (this node's own are published, ordered and kept all
+        the same, and still count in the causal order of what it hands out)."""
         self._check_open()
         done = trio.Event()
         out = self.machine.subscribe(topic, trio.current_time())  # raises on misuse
-        sub = Subscription(topic, self.config.delivery_buffer)
+        sub = Subscription(topic, self.config.delivery_buffer, own=own)
         self._subs[topic] = sub
         self._subscribed[topic] = done
         self._trace_event("subscribe", topic, None, None)

@@ -39,13 +39,18 @@ op       ``[node: node, incarnation: ctr, rc: ctr, bool]``     ``ViewEntry`` (su
 bound    ``[node: node, incarnation: ctr, first_owned: ctr]``  ``Bound``
 message  ``[id, payload: bytes, [id, ...], [id, ...], prev]``  ``PubMessage``: payload <=
          or ``[id, payload, [id, ...], [id, ...], prev, joins]``  max_payload; deps + op_deps <=
-                                                               max_barrier; prev: -1 or ctr;
+         or ``[seq: ctr, payload]``: a follower (below)       max_barrier; prev: -1 or ctr;
                                                                joins (``op_joins``, present
                                                                only when not 0): 1 ..
                                                                2**len(op_deps) - 1; from
                                                                2**64 on (64 ops or more)
                                                                its shortest big-endian
                                                                bytes
+follower ``[seq: ctr, payload: bytes]``, not first in its      the message ``p`` before it
+         array: id ``(p.source, p.incarnation, seq)``,        is all it names, in ``p``'s
+         deps ``[p's id]``, no op_deps, prev ``p``'s seq      stream (``chains_on``): a
+                                                               message that is one is only
+                                                               sent in this form
 id       ``[source: node, incarnation: ctr, seq: ctr]``        ``causal.MsgId``
 topic    text string                                           1..max_topic_len UTF-8 bytes
 dests    ``[node, ...]``                                       strictly increasing; <=

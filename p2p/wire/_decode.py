@@ -111,18 +111,21 @@ def _id_at(b: bytes, p: int, last: list[Any]) -> tuple[MsgId, int]:
         incarnation, q = _ctr_at(b, q)
         last[:] = (b[p:q], source, incarnation)
         p = q
-    h = b[p]  # the sequence number, its usual heads inline
+    seq, p = _seq_at(b, p)
+    return _new_tuple(MsgId, (source, incarnation, seq)), p
+
+
+def _seq_at(b: bytes, p: int) -> tuple[int, int]:
+    """The sequence number at ``b[p]`` (a counter), its usual heads inline."""
+    h = b[p]
     if h < 24:
-        seq = h
-        p += 1
-    elif h == 0x19:
+        return h, p + 1
+    if h == 0x19:
         (seq,) = _U16(b, p + 1)
         if seq < 0x100:
             raise _GiveUpError
-        p += 3
-    else:
-        seq, p = _ctr_at(b, p)
-    return _new_tuple(MsgId, (source, incarnation, seq)), p
+        return seq, p + 3
+    return _ctr_at(b, p)
 
 
 def _ids_at(b: bytes, p: int, last: list[Any], limit: int) -> tuple[tuple[MsgId, ...], int]:
@@ -157,11 +160,20 @@ def _messages_at(
     items = total = 0
     make = PubMessage
     id_at = _id_at
+    before: MsgId | None = None
+    chained = before  # the id a follower names (set only with head 0x82)
     for _ in range(n):
         head = b[p]
-        if head != 0x85 and head != 0x86:
+        if head == 0x82:  # a chain's follower: [seq, payload]
+            if before is None:
+                raise _GiveUpError
+            chained = before
+            seq, p = _seq_at(b, p + 1)
+            mid = _new_tuple(MsgId, (before[0], before[1], seq))
+        elif head == 0x85 or head == 0x86:
+            mid, p = id_at(b, p + 1, last)
+        else:
             raise _GiveUpError
-        mid, p = id_at(b, p + 1, last)
         h = b[p]
         if 0x40 <= h < 0x58:
             size = h - 0x40
@@ -177,6 +189,15 @@ def _messages_at(
             raise _GiveUpError
         payload = b[p : p + size]
         p += size
+        if head == 0x82:
+            items += 13  # as the long form with one id in the barrier
+            if items > budget:
+                raise _GiveUpError
+            assert chained is not None
+            messages.append(make(mid, payload, (chained,), (), chained[2], 0))
+            total += size
+            before = mid
+            continue
         h = b[p]
         if h == 0x81:
             dep, p = id_at(b, p + 1, last)
@@ -210,8 +231,12 @@ def _messages_at(
         items += 9 + 4 * barrier + (head - 0x85)  # a joins item with 0x86
         if items > budget:
             raise _GiveUpError
-        messages.append(make(mid, payload, deps, op_deps, prev, joins))
+        msg = make(mid, payload, deps, op_deps, prev, joins)
+        if before is not None and msg.chains_on(before):
+            raise _GiveUpError  # the long form of a follower: not canonical
+        messages.append(msg)
         total += size
+        before = mid
     if n > 1 and total > lim.max_round_bytes:
         raise _GiveUpError
     return tuple(messages), p, items
@@ -377,18 +402,43 @@ def _d_dests(v: object, lim: WireLimits) -> tuple[int, ...]:
     return dests
 
 
+def _d_messages(v: object, what: str, lim: WireLimits) -> tuple[PubMessage, ...]:
+    """A messages array: each in long form, or a chain's follower in short form
+    (``[seq, payload]``: it names only the message before it, in its stream,
+    :meth:`~topics.PubMessage.chains_on`), which it must be when it can."""
+    out: list[PubMessage] = []
+    for raw in _array(v, what, limit=lim.max_round_messages):
+        before = out[-1].id if out else None
+        if type(raw) is list and len(raw) == 2:
+            if before is None:
+                raise WireError(f"{what}: a chain's follower ([seq, payload]) comes first")
+            seq = _ctr(raw[0], "message.seq")
+            payload = _payload(raw[1], lim)
+            mid = MsgId(before[0], before[1], seq)
+            out.append(PubMessage(mid, payload, (before,), (), before[2]))
+            continue
+        msg = _d_message(raw, lim)
+        if before is not None and msg.chains_on(before):
+            raise WireError(f"{what}: {msg.id!r} follows the message before it in long form")
+        out.append(msg)
+    return tuple(out)
+
+
+def _payload(v: object, lim: WireLimits) -> bytes:
+    if type(v) is not bytes:
+        raise WireError(f"message.payload: expected a byte string, got {type(v).__name__}")
+    if len(v) > lim.max_payload:
+        raise WireError(f"message.payload: {len(v)} bytes exceed max_payload={lim.max_payload}")
+    return v
+
+
 def _d_message(v: object, lim: WireLimits) -> PubMessage:
     fields = _array(v, "message")
     if len(fields) not in (5, 6):
-        raise WireError(f"message: expected 5 or 6 elements, got {len(fields)}")
+        raise WireError(f"message: expected 2, 5 or 6 elements, got {len(fields)}")
     mid, payload, deps, op_deps, prev = fields[:5]
     msg_id = _d_id(mid, "message.id")
-    if type(payload) is not bytes:
-        raise WireError(f"message.payload: expected a byte string, got {type(payload).__name__}")
-    if len(payload) > lim.max_payload:
-        raise WireError(
-            f"message.payload: {len(payload)} bytes exceed max_payload={lim.max_payload}"
-        )
+    payload = _payload(payload, lim)
     d = _array(deps, "message.deps")
     o = _array(op_deps, "message.op_deps")
     if len(d) + len(o) > lim.max_barrier:
@@ -427,9 +477,7 @@ def _d_packet(v: object, lim: WireLimits) -> Packet:
         raise WireError(f"packet: type tag must be an integer, got {type(tag).__name__}")
     if tag == _PUB:
         _, rid, topic, msgs, dests = _array(raw, "PUB", 5)
-        messages = tuple(
-            _d_message(m, lim) for m in _array(msgs, "PUB.messages", limit=lim.max_round_messages)
-        )
+        messages = _d_messages(msgs, "PUB.messages", lim)
         total = sum(len(m.payload) for m in messages)
         if len(messages) > 1 and total > lim.max_round_bytes:
             raise WireError(
@@ -474,14 +522,13 @@ def _d_fence(raw: list[object], lim: WireLimits) -> Fence:
         for m in _array(raw[7], "FENCE.marks", limit=lim.max_view_entries):
             n, i, q = _d_id(m, "FENCE.marks[]")
             marks.append(MsgId(n, i, q - 1))
-    limit = lim.max_round_messages
     return Fence(
         _d_round(rid),
         _d_topic(topic, lim),
         MsgId(src, inc, value - 1),
         _int(step, "FENCE.step", 0, 5),
-        tuple(_d_message(m, lim) for m in _array(msgs, "FENCE.messages", limit=limit)),
-        tuple(_d_message(m, lim) for m in _array(others, "FENCE.others", limit=limit)),
+        _d_messages(msgs, "FENCE.messages", lim),
+        _d_messages(others, "FENCE.others", lim),
         tuple(marks),
     )
 

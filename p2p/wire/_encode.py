@@ -82,16 +82,26 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
         append(prefix)
         append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
 
+    before: MsgId | None = None
     for m in messages:
         joins = m.op_joins
-        append(b"\x86" if joins else b"\x85")
-        e_id(m.id)
-        payload = m.payload
+        mid, payload = m.id, m.payload
+        short = before is not None and m.chains_on(before)
+        if short:  # a chain's follower: [seq, payload]
+            seq = mid[2]
+            append(b"\x82")
+            append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
+        else:
+            append(b"\x86" if joins else b"\x85")
+            e_id(mid)
+        before = mid
         if type(payload) is bytes and len(payload) < 0x100:
             append(_BYTES_HEAD[len(payload)])
             append(payload)
         else:
             append(_e_bytes(payload))
+        if short:
+            continue
         deps = m.deps
         append(_e_array(len(deps)))
         for i in deps:

@@ -9,7 +9,7 @@ from typing import Final
 from p2p._errors import P2PError
 from topics import PubSubConfig
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 """Version of the body layout; a peer speaking another version is refused.
 (2: the optional *alive* element, the sender's detector version.)"""
 

@@ -1,0 +1,101 @@
+"""A round's publications handled as runs (DESIGN.md §3, "A round is a run").
+
+A source that publishes several times while its previous round is in flight
+sends them as one round, each naming the one before it as its only causal
+predecessor.  Once the first of such a chain is delivered here, the rest is
+delivered in order without the per-publication decision of
+:meth:`_Delivery._consider`: :meth:`_Runs._publications` checks the chain
+once and delivers it in one step.
+
+Invariant: the outputs and the delivery state (frontier, barrier, relay
+notes) are exactly those the per-publication path gives; only the buffer's
+``known_met`` shortcut (a cache of satisfied ids) may hold fewer of the
+chain's ids.  The argument, for a publication ``m`` whose predecessor ``p``
+in the round was just delivered on a confirmed, non-lonely subscription
+without bridges, from a live source other than this node, with nothing
+held on the source's stream: ``m`` is not skipped (``p`` was not, and a
+skip bound only covers a prefix of a stream); its live predecessors are at
+most ``p``, delivered; nothing beyond its barrier is lost (``p`` is
+delivered and not skipped); so the buffer admits it at once, its delivery
+releases nothing (no waiter on the stream), and it names no op to learn.
+``tests/test_runs.py`` checks the equality on random simulated runs.
+"""
+
+from __future__ import annotations
+
+from topics._delivery import _Delivery
+from topics._events import Delivered, Output, Received
+from topics._messages import PubMessage
+from topics._state import _stream_key, _Topic
+
+
+def _chain_end(fresh: tuple[PubMessage, ...], start: int) -> int:
+    """The end of the chain from ``fresh[start]``: each publication names only
+    the one before it (its barrier and its ``prev``), and no op."""
+    before = fresh[start - 1].id
+    end, n = start, len(fresh)
+    while end < n:
+        m = fresh[end]
+        if not m.chains_on(before):
+            break
+        before = m.id
+        end += 1
+    return end
+
+
+class _Runs(_Delivery):
+    """Delivery of chains of one round in one step (see the module docstring)."""
+
+    def _publications(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> list[Output]:
+        """:meth:`_on_publication` for each of ``fresh`` (one stream, in order),
+        a delivered publication's chain of followers delivered as one run."""
+        out: list[Output] = []
+        i, n = 0, len(fresh)
+        while i < n:
+            msg = fresh[i]
+            got = self._on_publication(state, msg)
+            out += got
+            i += 1
+            if i < n and self._may_run(state, msg, got):
+                end = _chain_end(fresh, i)
+                if end > i:
+                    out += self._deliver_run(state, fresh[i - 1 : end])
+                    i = end
+        return out
+
+    def _may_run(self, state: _Topic, msg: PubMessage, got: list[Output]) -> bool:
+        """Whether ``msg`` was just delivered under conditions where its chain of
+        followers is delivered at once (the module docstring's argument)."""
+        if not got:
+            return False
+        last = got[-1]
+        if type(last) is not Delivered or last.id is not msg.id:
+            return False
+        src, inc = msg.id.source, msg.id.incarnation
+        return not (
+            state.lonely
+            or state.bridges
+            or not state.confirmed
+            or src == self.id
+            or self._is_dead(src, inc)
+            or state.buffer.waited_on(src, inc)
+        )
+
+    @staticmethod
+    def _deliver_run(state: _Topic, chain: tuple[PubMessage, ...]) -> list[Output]:
+        """Deliver ``chain[1:]``, each naming only the one before it, after
+        ``chain[0]`` was delivered: the outputs and state changes of doing it
+        one by one, with one barrier update and one frontier move."""
+        name = state.name
+        out: list[Output] = []
+        for m in chain[1:]:
+            mid = m.id
+            out.append(Received(name, mid, False))
+            out.append(Delivered(name, mid, m.payload, False, m.deps))
+        ids = [m.id for m in chain]
+        last = ids[-1]
+        state.barrier.delivered(last, ids[:-1], ())
+        state.buffer.deliver_run(ids[1:])
+        if state.relay_unowed:
+            state.relay_unowed.discard(_stream_key(last.source, last.incarnation))
+        return out
