@@ -27,6 +27,7 @@ from topics import (
     AlreadySubscribedError,
     Bundle,
     Delivered,
+    DeliveredRun,
     Dropped,
     Event,
     LocalProtocolError,
@@ -90,6 +91,8 @@ class Net:
                     w = Wire(node, o.dest, p)
                     self.wire.append(w)
                     self.sent.append(w)
+            elif isinstance(o, DeliveredRun):  # a round's chain: its events one by one
+                self.events[node].extend(o.expand())
             else:
                 self.events[node].append(o)
         return outputs

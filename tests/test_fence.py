@@ -15,6 +15,7 @@ from causal import MsgId
 from p2p.sim import DETECTOR, DelayModel, Script, Simulation, check_trace
 from topics import (
     Delivered,
+    DeliveredRun,
     Fence,
     Output,
     PubMessage,
@@ -139,7 +140,8 @@ def late_copy(seq: int = 1) -> PubRound:
 
 
 def delivered(out: list[Output]) -> list[MsgId]:
-    return [o.id for o in out if isinstance(o, Delivered)]
+    events = [e for o in out for e in (o.expand() if isinstance(o, DeliveredRun) else (o,))]
+    return [e.id for e in events if isinstance(e, Delivered)]
 
 
 def told(out: list[Output]) -> tuple[list[int], set[tuple[int, int]]]:

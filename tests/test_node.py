@@ -37,7 +37,7 @@ from p2p.runtime._link import _Link
 from p2p.sim import TraceEvent, check_trace, format_violations
 from p2p.telemetry import bucket
 from p2p.wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
-from topics import Delivered, PubMessage, PubRound, Received, RoundId
+from topics import Delivered, DeliveredRun, PubMessage, PubRound, Received, RoundId
 
 
 def _fleet(tmp_path: Path, n: int, *, psk: bool = True, name: str = "f") -> list[Path]:
@@ -552,6 +552,45 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
     assert (topic["deliveries"], topic["held"]) == (3, 2)
     assert topic["holdback"][bucket(250.0)] == 2
     assert sum(topic["latency"][: bucket(250.0) + 1]) == 3  # stamps are a wall-clock moment old
+
+
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("capacity", [100, 3])
+def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
+    tmp_path: Path, traced: bool, capacity: int
+) -> None:
+    """A ``DeliveredRun`` (core outputs fed by hand) hands out what its
+    expansion does, one by one: the same deliveries, the same drops when the
+    queue is full, the same trace."""
+    (node_dir,) = _fleet(tmp_path, 1)
+    stamp = time.time()
+    msgs, before = [], None
+    for k in range(5):
+        mid = MsgId(7, 0, k)
+        payload = bytes(ENVELOPE_SIZE) + _STAMP.pack(stamp + k) + b"p%d" % k
+        msgs.append(PubMessage(mid, payload, (before,) if before else (), (), k - 1))
+        before = mid
+    run = DeliveredRun("t", tuple(msgs))
+
+    def deliver(outputs: list[Any]) -> tuple[list[Delivery], int, list[tuple[object, ...]]]:
+        trace: list[tuple[object, ...]] = []
+        hook = (lambda *event: trace.append(event)) if traced else None
+        got: list[Delivery] = []
+
+        async def main() -> None:
+            cfg = NodeConfig(discovery=False, delivery_buffer=capacity)
+            async with open_node(node_dir, cfg, trace=hook) as node:
+                sub = await node.subscribe("t")
+                node._handle(outputs)
+                got.extend(sub._queue)
+                dropped.append(sub.dropped)
+
+        dropped: list[int] = []
+        trio.run(main)
+        return got, dropped[0], [e for e in trace if e[0] == "deliver"]
+
+    assert deliver([run]) == deliver(run.expand())
+    assert len(deliver([run])[0]) == min(capacity, 5)
 
 
 def test_a_seed_naming_the_node_itself_is_skipped() -> None:

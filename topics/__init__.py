@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from topics._errors import RemoteProtocolError as RemoteProtocolError
     from topics._errors import TopicsError as TopicsError
     from topics._events import Delivered as Delivered
+    from topics._events import DeliveredRun as DeliveredRun
     from topics._events import Dropped as Dropped
     from topics._events import Event as Event
     from topics._events import Held as Held
@@ -52,6 +53,7 @@ _LAZY = {
     ),
     "topics._events": (
         "Delivered",
+        "DeliveredRun",
         "Dropped",
         "Event",
         "Held",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from causal import MsgId
-from topics._messages import Bundle, Packet
+from topics._messages import Bundle, Packet, PubMessage
 from vcube._hot import hot
 
 
@@ -27,6 +27,26 @@ class Delivered:
     payload: bytes
     own: bool = False
     deps: tuple[MsgId, ...] = ()
+
+
+@hot
+class DeliveredRun:
+    """Publications of one stream, each naming only the one before it (a
+    round's chain, ``topics._runs``), received and delivered in order in one
+    step: what a :class:`Received` then a :class:`Delivered` for each of
+    ``messages`` say (:meth:`expand`), without an event per publication."""
+
+    topic: str
+    messages: tuple[PubMessage, ...]
+
+    def expand(self) -> list[Delivered | Received]:
+        """The per-publication events this run stands for, in order."""
+        topic = self.topic
+        out: list[Delivered | Received] = []
+        for m in self.messages:
+            out.append(Received(topic, m.id, False))
+            out.append(Delivered(topic, m.id, m.payload, False, m.deps))
+        return out
 
 
 @hot
@@ -92,5 +112,5 @@ class Held:
     ids: tuple[MsgId, ...]
 
 
-Event = Delivered | Received | Published | Subscribed | RoundAcked | Dropped | Held
+Event = Delivered | DeliveredRun | Received | Published | Subscribed | RoundAcked | Dropped | Held
 Output = Send | Event

@@ -7,10 +7,11 @@ delivered in order without the per-publication decision of
 :meth:`_Delivery._consider`: :meth:`_Runs._publications` checks the chain
 once and delivers it in one step.
 
-Invariant: the outputs and the delivery state (frontier, barrier, relay
-notes) are exactly those the per-publication path gives; only the buffer's
-``known_met`` shortcut (a cache of satisfied ids) may hold fewer of the
-chain's ids.  The argument, for a publication ``m`` whose predecessor ``p``
+Invariant: the delivery state (frontier, barrier, relay notes) is exactly
+what the per-publication path leaves, and the run's one
+:class:`~topics.DeliveredRun` expands to exactly the events it gives
+(:meth:`~topics.DeliveredRun.expand`); only the buffer's ``known_met``
+shortcut (a cache of satisfied ids) may hold fewer of the chain's ids.  The argument, for a publication ``m`` whose predecessor ``p``
 in the round was just delivered on a confirmed, non-lonely subscription
 without bridges, from a live source other than this node, with nothing
 held on the source's stream: ``m`` is not skipped (``p`` was not, and a
@@ -24,7 +25,7 @@ releases nothing (no waiter on the stream), and it names no op to learn.
 from __future__ import annotations
 
 from topics._delivery import _Delivery
-from topics._events import Delivered, Output, Received
+from topics._events import Delivered, DeliveredRun, Output
 from topics._messages import PubMessage
 from topics._state import _stream_key, _Topic
 
@@ -84,18 +85,13 @@ class _Runs(_Delivery):
     @staticmethod
     def _deliver_run(state: _Topic, chain: tuple[PubMessage, ...]) -> list[Output]:
         """Deliver ``chain[1:]``, each naming only the one before it, after
-        ``chain[0]`` was delivered: the outputs and state changes of doing it
-        one by one, with one barrier update and one frontier move."""
-        name = state.name
-        out: list[Output] = []
-        for m in chain[1:]:
-            mid = m.id
-            out.append(Received(name, mid, False))
-            out.append(Delivered(name, mid, m.payload, False, m.deps))
+        ``chain[0]`` was delivered: the state changes of doing it one by one,
+        with one barrier update and one frontier move, and one
+        :class:`DeliveredRun` for the events."""
         ids = [m.id for m in chain]
         last = ids[-1]
         state.barrier.delivered(last, ids[:-1], ())
         state.buffer.deliver_run(ids[1:])
         if state.relay_unowed:
             state.relay_unowed.discard(_stream_key(last.source, last.incarnation))
-        return out
+        return [DeliveredRun(state.name, chain[1:])]

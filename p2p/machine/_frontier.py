@@ -20,6 +20,11 @@ and the frontier (or, at a source's new epoch, the ordinals before it).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from topics import PubMessage
 
 __all__ = ["ENVELOPE_SIZE", "GAP", "SKIP", "Frontier", "envelope_of"]
 
@@ -111,6 +116,29 @@ class Frontier:
         mine[source] = (epoch, ordinal)
         self.changes += 1
         return 0
+
+    def delivered_run(self, topic: str, source: int, messages: Sequence[PubMessage]) -> bool:
+        """:meth:`delivered` for each of ``messages`` (of ``source``, in order) where
+        each is its usual case (the publication right after the last one
+        delivered, in the same epoch); ``False``, with nothing changed, if one
+        is not (or lacks the envelope): the caller takes them one by one."""
+        mine = self._last.get(topic)
+        last = None if mine is None else mine.get(source)
+        if last is None:
+            return False
+        epoch, ordinal = last
+        for m in messages:
+            payload = m.payload
+            if len(payload) < ENVELOPE_SIZE:
+                return False
+            e, o = _unpack(payload)
+            if e != epoch or o != ordinal + 1:
+                return False
+            ordinal = o
+        assert mine is not None
+        mine[source] = (epoch, ordinal)
+        self.changes += len(messages)
+        return True
 
     def _late(self, topic: str, source: int, epoch: int, ordinal: int) -> int:
         """A publication of the source's previous epoch after its new epoch began

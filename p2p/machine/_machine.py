@@ -65,6 +65,7 @@ from p2p.machine._seeds import Seeds
 from p2p.wire import Body, Control, Leave, Members, Replay, Resume, Revoked
 from topics import (
     Delivered,
+    DeliveredRun,
     LocalProtocolError,
     PresetView,
     Published,
@@ -288,13 +289,19 @@ class NodeMachine(_Fleet):
         the envelope stays as it is (no honest member sends one: the driver
         drops it)."""
         for o in out:
-            if type(o) is Delivered and not o.own:
+            if (type(o) is Delivered and not o.own) or type(o) is DeliveredRun:
                 break
         else:
             return out
         result: Out = []
         recovery, alive, detector = self.recovery, self.alive, self.detector
         for o in out:
+            if type(o) is DeliveredRun:
+                if recovery.hand_run(o):
+                    result.append(o)  # nothing missed, nothing held: on as it is
+                else:
+                    result += self._handed(cast(Out, o.expand()), now)
+                continue
             if type(o) is not Delivered or o.own or len(o.payload) < ENVELOPE_SIZE:
                 result.append(o)
                 continue

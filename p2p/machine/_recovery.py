@@ -34,7 +34,7 @@ from causal import MsgId
 from p2p.machine._frontier import ENVELOPE_SIZE, GAP, SKIP, Frontier, envelope_of
 from p2p.machine._history import Deps, History, HistoryLimits
 from p2p.wire import MAX_REPLAY_DEPS, MAX_REPLAY_ENTRIES, Replay, ReplayEntry, Resume
-from topics import Delivered
+from topics import Delivered, DeliveredRun
 from vcube._hot import hot
 
 __all__ = ["HELD", "Recovery", "RecoveryConfig", "Release"]
@@ -259,12 +259,27 @@ class Recovery:
         """``d`` goes to the application: what it directly follows, and what
         precedes those in their streams, cannot go after it (a resume's copy
         of one of those is not handed on)."""
-        if not d.deps:
-            return
-        named = self._named.get(d.topic)
+        if d.deps:
+            self._follows(d.topic, d.deps)
+
+    def hand_run(self, run: DeliveredRun) -> bool:
+        """:meth:`hand` then :meth:`followed` for each publication of ``run`` in
+        one step, where each would be handed on at once with nothing missed
+        (no hold on the topic, the frontier's usual case for each); ``False``,
+        with nothing changed, otherwise (the caller hands them one by one)."""
+        topic, messages = run.topic, run.messages
+        if topic in self._holds:
+            return False
+        if not self.frontier.delivered_run(topic, messages[0].id.source, messages):
+            return False
+        self._follows(topic, messages[-1].deps)  # the others name earlier ones of its stream
+        return True
+
+    def _follows(self, topic: str, deps: Sequence[MsgId]) -> None:
+        named = self._named.get(topic)
         if named is None:
-            named = self._named[d.topic] = {}
-        for dep in d.deps:
+            named = self._named[topic] = {}
+        for dep in deps:
             stream = (dep.source, dep.incarnation)
             if dep.seq > named.get(stream, -1):
                 named[stream] = dep.seq

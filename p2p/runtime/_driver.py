@@ -43,7 +43,13 @@ from p2p.machine import (
     Superseded,
     SuspicionCorrected,
 )
-from p2p.runtime._delivery import _STAMP_SIZE, MembershipEvent, _new_delivery, _unpack_stamp
+from p2p.runtime._delivery import (
+    _STAMP_SIZE,
+    MembershipEvent,
+    Subscription,
+    _new_delivery,
+    _unpack_stamp,
+)
 from p2p.runtime._link import _NOT_CORE, EXCHANGE_CHUNK, _Link, _why
 from p2p.runtime._state import _NodeState
 from p2p.wire import (
@@ -58,6 +64,7 @@ from p2p.wire import (
 from topics import (
     Bundle,
     Delivered,
+    DeliveredRun,
     Dropped,
     Held,
     Published,
@@ -111,11 +118,11 @@ class _Driver(_NodeState):
         for o in outputs:
             if type(o) is Delivered:
                 self._deliver(o)
+            elif type(o) is DeliveredRun:
+                self._deliver_run(o)
             elif type(o) is Received:
                 if recording and not o.relay:  # hot path
-                    if self._arrived is not None:
-                        self._received_at[self._arrived] = self._now
-                    self._arrived = o.id
+                    self._received(o)
             elif type(o) is Send:
                 self._send(o)
             else:
@@ -303,6 +310,46 @@ class _Driver(_NodeState):
             return
         self._hand_on(d, 0)
 
+    def _received(self, o: Received) -> None:
+        """A publication arrived (recording): timed from now, unless it is
+        delivered in this batch (:meth:`_hand_on`)."""
+        if self._arrived is not None:
+            self._received_at[self._arrived] = self._now
+        self._arrived = o.id
+
+    def _deliver_run(self, run: DeliveredRun) -> None:
+        """The machine delivers ``run`` (through its frontier, nothing missed):
+        each on to the application as :meth:`_deliver` would, in one step when
+        nothing is traced or recorded and every payload has its stamp."""
+        sub = self._subs.get(run.topic)
+        messages = run.messages
+        if (
+            self._trace is not None
+            or self.recorder is not None
+            or sub is None
+            or min(len(m.payload) for m in messages) < _HEAD
+        ):
+            for e in run.expand():
+                if isinstance(e, Delivered):
+                    self._deliver(e)
+                elif self.recorder is not None:
+                    self._received(e)
+            return
+        queue, topic = sub._queue, run.topic
+        room = sub._capacity - len(queue)
+        for m in messages[:room] if room < len(messages) else messages:
+            payload = m.payload
+            (stamp,) = _unpack_stamp(payload, ENVELOPE_SIZE)
+            source, incarnation, seq = m.id
+            queue.append(
+                _new_delivery(topic, source, incarnation, seq, payload[_HEAD:], False, stamp, 0)
+            )
+        if room < len(messages):
+            self._dropped(sub, len(messages) - max(room, 0))
+        if sub._parked:
+            sub._parked = False
+            sub._waiting.unpark_all()
+
     def _released(self, o: Release) -> None:
         """A delivery after a gap, one the machine held, or one recovered from
         its source's history (each checked as :meth:`_deliver` checks)."""
@@ -337,15 +384,7 @@ class _Driver(_NodeState):
             return
         queue = sub._queue  # Subscription._put, inlined: once per delivery
         if len(queue) >= sub._capacity:
-            sub.dropped += 1
-            # One line per topic per interval, with the count: a stalled reader
-            # under load dropped (and logged) tens of thousands a second.
-            self.quiet.error(
-                ("undelivered", d.topic),
-                "subscription %r is not being read: deliveries dropped (%d in all)",
-                d.topic,
-                sub.dropped,
-            )
+            self._dropped(sub, 1)
             return
         queue.append(
             _new_delivery(d.topic, source, incarnation, seq, payload[_HEAD:], d.own, stamp, missed)
@@ -353,6 +392,18 @@ class _Driver(_NodeState):
         if sub._parked:
             sub._parked = False
             sub._waiting.unpark_all()
+
+    def _dropped(self, sub: Subscription, count: int) -> None:
+        """``count`` deliveries for ``sub`` found its queue full: counted, logged."""
+        sub.dropped += count
+        # One line per topic per interval, with the count: a stalled reader
+        # under load dropped (and logged) tens of thousands a second.
+        self.quiet.error(
+            ("undelivered", sub.topic),
+            "subscription %r is not being read: deliveries dropped (%d in all)",
+            sub.topic,
+            sub.dropped,
+        )
 
     def _missed(self, topic: str, source: int, incarnation: int, count: int) -> None:
         """A gap: ``count`` publications of ``source`` on ``topic`` will not reach

@@ -31,6 +31,7 @@ from p2p.wire import decode_body, encode_packets
 from topics import (
     Bundle,
     Delivered,
+    DeliveredRun,
     Dropped,
     Event,
     Held,
@@ -199,13 +200,8 @@ class _Nodes(_World):
                 sends.append(o)
                 continue
             if isinstance(o, Delivered):
-                if not o.own and machine is None:  # a gap before this delivery?
-                    missed = self._frontier(node).delivered(o.topic, o.id.source, o.payload)
-                    if missed < 0:
-                        continue  # delivered already
-                    if missed:
-                        rec.gap(at, node, o.topic, o.id.source, missed)
-                rec.delivered(at, node, o.topic, o.id, o.own)
+                if not self._delivered(node, at, o, machine is None):
+                    continue  # delivered already
             elif isinstance(o, Received):
                 rec.received(at, node, o.topic, o.id, o.relay)
             elif isinstance(o, Published):
@@ -218,6 +214,9 @@ class _Nodes(_World):
                 rec.dropped(at, node, o.topic, o.count, o.reason)
             elif isinstance(o, Held):
                 rec.held(at, node, o.child, o.ids)
+            elif isinstance(o, DeliveredRun):  # recorded, and listened to, one by one
+                self._emit_run(node, at, o, machine is None)
+                continue
             elif type(o) is Release:  # after a gap (a machine's frontier counted it)
                 self.released(node, at, o)
                 continue
@@ -231,6 +230,31 @@ class _Nodes(_World):
             self._ship(node, ready, sends)
         if others and self._members is not None:  # a RESUME a gap calls for
             self._members.carry_out(node, at, others)
+
+    def _delivered(self: Self, node: int, at: float, o: Delivered, frontier: bool) -> bool:
+        """Record delivery ``o`` (``frontier``: through the simulator's own,
+        when no machine keeps one); ``False`` if it was delivered already."""
+        rec = self.recorder
+        if not o.own and frontier:  # a gap before this delivery?
+            missed = self._frontier(node).delivered(o.topic, o.id.source, o.payload)
+            if missed < 0:
+                return False
+            if missed:
+                rec.gap(at, node, o.topic, o.id.source, missed)
+        rec.delivered(at, node, o.topic, o.id, o.own)
+        return True
+
+    def _emit_run(self: Self, node: int, at: float, run: DeliveredRun, frontier: bool) -> None:
+        """A run's events, each as :meth:`_emit` takes it on its own."""
+        rec, listeners = self.recorder, self.listeners
+        for e in run.expand():
+            if isinstance(e, Delivered):
+                if not self._delivered(node, at, e, frontier):
+                    continue
+            else:
+                rec.received(at, node, e.topic, e.id, e.relay)
+            for listener in listeners:
+                listener(self, node, at, e)
 
     def released(self: Self, node: int, at: float, o: Release) -> None:
         """The machine hands on a recovered or held delivery."""

@@ -59,7 +59,7 @@ from p2p.sim._frames import Frame, pack_frames, parts_of
 from p2p.sim._members import _Membership
 from p2p.sim._process import addressed
 from p2p.sim._world import _World
-from topics import Delivered, Output, Send
+from topics import Delivered, DeliveredRun, Output, Send
 
 TWIN_GAP = 1000
 """How far above the older process's incarnation a second start's is."""
@@ -391,6 +391,8 @@ class Twins:
                     self._transmit(elder, o.dest, frame, ready)
             elif isinstance(o, Delivered):
                 self.counts["elder_deliveries"] += 1
+            elif type(o) is DeliveredRun:
+                self.counts["elder_deliveries"] += len(o.messages)
 
     def _transmit(self, elder: Elder, dst: int, frame: Frame, ready: float) -> None:
         sim = self.sim
