@@ -263,3 +263,44 @@ def test_a_seed_never_tried_or_known_up_gets_no_seed_leave() -> None:
     out = m.leave(0.5)
     assert not [o for o in out if isinstance(o, LeaveSeed)]
     assert SendControl(2, Leave(1)) in out
+
+
+def _publishers() -> dict[int, NodeMachine]:
+    """Nodes 1 and 2 of a fleet of two, both subscribed to ``t``, node 2's
+    subscription confirmed at node 1 (so node 1's rounds go somewhere)."""
+    ms = {1: _machine(1, members={2: 1}), 2: _machine(2, members={1: 1})}
+    for n, m in ms.items():
+        _deliver(ms, n, m.subscribe("t", 0.0), 0.0)
+    return ms
+
+
+@pytest.mark.parametrize("bad", [None, 2])
+def test_publish_many_is_publish_for_each_in_one_step(bad: int | None) -> None:
+    """The same outputs, history, ordinals and core state as one by one, with
+    the first refused payload raising after those before it are published."""
+    payloads = [b"p%d" % k for k in range(6)]
+    if bad is not None:
+        payloads[bad] = bytes(PUBSUB.max_payload)  # over the room the envelope leaves
+    one, many = _publishers(), _publishers()
+    for k in range(3):  # the first round leaves; the rest queue behind it
+        by_one: list[object] = []
+        error_one = error_many = None
+        try:
+            for p in payloads:
+                by_one += one[1].publish("t", p, float(k))
+        except LocalProtocolError as e:
+            error_one = str(e)
+        by_many: list[object] = []
+        try:
+            many[1].publish_many("t", payloads, float(k), by_many)
+        except LocalProtocolError as e:
+            error_many = str(e)
+        assert repr(by_many) == repr(by_one)
+        assert error_many == error_one
+        assert (bad is None) == (error_one is None)
+    a, b = one[1], many[1]
+    assert list(a.recovery.history.since("t", 0, -1, 3.0)) == list(
+        b.recovery.history.since("t", 0, -1, 3.0)
+    )
+    assert a.frontier.envelope("t") == b.frontier.envelope("t")
+    assert a.core.queued("t") == b.core.queued("t") > 0

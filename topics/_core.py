@@ -43,14 +43,14 @@ state :class:`~topics._base._CoreBase` declares (the records it holds are in
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from causal import CausalBuffer, MsgId
 from topics._errors import AlreadySubscribedError, LocalProtocolError, NotSubscribedError
 from topics._events import Delivered, Dropped, Output, Published
 from topics._messages import PubMessage, ViewEntry
 from topics._receive import _Receive
-from topics._state import PresetView, _stream_key, _stream_of, preset_view
+from topics._state import PresetView, _stream_key, _stream_of, _Topic, preset_view
 
 
 class VCubePS(_Receive):
@@ -158,6 +158,32 @@ class VCubePS(_Receive):
             )
         if len(state.queue) >= self.config.max_queued_ops:
             raise LocalProtocolError(f"{len(state.queue)} operations already queued on {topic!r}")
+        return self._publish(state, topic, payload)
+
+    def publish_many(
+        self, topic: str, payloads: Sequence[bytes], now: float
+    ) -> list[Output] | None:
+        """:meth:`publish` for each of ``payloads``, in order, in one call: the
+        same outputs and state.  ``None``, with nothing done, unless every one
+        would be accepted and none lets a held publication go (then the caller
+        publishes them one by one)."""
+        state = self._topics.get(topic)
+        limit = self.config.max_payload
+        if (
+            state is None
+            or not state.subscribed
+            or len(state.queue) + len(payloads) > self.config.max_queued_ops
+            or any(len(p) > limit for p in payloads)
+            or state.buffer.waited_on(self.id, self.incarnation)
+        ):
+            return None
+        out: list[Output] = []
+        for payload in payloads:
+            out += self._publish(state, topic, payload)
+        return out
+
+    def _publish(self, state: _Topic, topic: str, payload: bytes) -> list[Output]:
+        """:meth:`publish` once its checks passed."""
         mid = MsgId(self.id, self.incarnation, self._next_seq())
         pubs, ops = state.barrier.publish(mid)
         joins = state.op_joins(ops) if ops else 0

@@ -11,8 +11,9 @@ Invariant: the delivery state (frontier, barrier, relay notes) is exactly
 what the per-publication path leaves, and the run's one
 :class:`~topics.DeliveredRun` expands to exactly the events it gives
 (:meth:`~topics.DeliveredRun.expand`); only the buffer's ``known_met``
-shortcut (a cache of satisfied ids) may hold fewer of the chain's ids.  The argument, for a publication ``m`` whose predecessor ``p``
-in the round was just delivered on a confirmed, non-lonely subscription
+shortcut (a cache of satisfied ids) may hold fewer of the chain's ids.
+The argument, for a publication ``m`` whose predecessor ``p`` in the round
+was just delivered on a confirmed, non-lonely subscription
 without bridges, from a live source other than this node, with nothing
 held on the source's stream: ``m`` is not skipped (``p`` was not, and a
 skip bound only covers a prefix of a stream); its live predecessors are at

@@ -77,9 +77,16 @@ class Frontier:
         takes none, or a subscriber would count it as missed)."""
         return _ENVELOPE.pack(self.epoch, self._next.get(topic, 0))
 
-    def published(self, topic: str) -> None:
-        """The publication :meth:`envelope` announced was accepted."""
-        self._next[topic] = self._next.get(topic, 0) + 1
+    def published(self, topic: str, count: int = 1) -> None:
+        """The publication :meth:`envelope` announced was accepted (``count``:
+        that many, those :meth:`envelopes` announced)."""
+        self._next[topic] = self._next.get(topic, 0) + count
+
+    def envelopes(self, topic: str, count: int) -> list[bytes]:
+        """The envelopes of this node's next ``count`` publications on ``topic``
+        (taken only by :meth:`published`, as :meth:`envelope`'s)."""
+        first, epoch, pack = self._next.get(topic, 0), self.epoch, _ENVELOPE.pack
+        return [pack(epoch, first + i) for i in range(count)]
 
     def delivered(self, topic: str, source: int, payload: bytes, hold: bool = False) -> int:
         """Record the delivery of a publication of ``source`` (never this node's

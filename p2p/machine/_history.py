@@ -12,6 +12,7 @@ never answered.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -96,6 +97,32 @@ class History:
         self._order.append(topic)
         self.size += cost
         while len(self._order) > limits.count or self.size > limits.size:
+            self._evict()
+        self.expire(now)
+
+    def add_many(
+        self, topic: str, entries: Sequence[tuple[MsgId, bytes]], now: float, deps: Deps = ()
+    ) -> None:
+        """:meth:`add` for each of ``entries`` in order, evicting once at the end
+        (the same entries stay: eviction always takes the oldest first)."""
+        limits = self.limits
+        if limits.count == 0:
+            return
+        kept = self._topics.get(topic)
+        if kept is None:
+            kept = self._topics[topic] = deque()
+        extra, order, size = DEP_COST * len(deps), self._order, self.size
+        for mid, payload in entries:
+            cost = len(payload) + extra
+            if cost > limits.size:
+                continue
+            kept.append(Kept(mid, payload, now, deps, cost))
+            order.append(topic)
+            size += cost
+        self.size = size
+        if not kept:
+            del self._topics[topic]
+        while len(order) > limits.count or self.size > limits.size:
             self._evict()
         self.expire(now)
 

@@ -35,7 +35,7 @@ eviction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from causal import MsgId
@@ -276,6 +276,27 @@ class NodeMachine(_Fleet):
         if type(first) is Published:
             self.recovery.kept(topic, first.id, full, now)
         return out
+
+    def publish_many(self, topic: str, payloads: Sequence[bytes], now: float, out: Out) -> None:
+        """:meth:`publish` for each of ``payloads``, in order, with each one's
+        outputs appended to ``out`` as it is accepted: the same outputs and
+        state, in one step where the core can take them all at once.  Raises
+        as :meth:`publish` at the first one refused (those before it are
+        published, their outputs in ``out``)."""
+        room = self.core.config.max_payload - ENVELOPE_SIZE
+        batch = None
+        if all(len(p) <= room for p in payloads):
+            envelopes = self.frontier.envelopes(topic, len(payloads))
+            full = [e + p for e, p in zip(envelopes, payloads, strict=True)]
+            batch = self.core.publish_many(topic, full, now)
+        if batch is None:
+            for payload in payloads:
+                out += self.publish(topic, payload, now)
+            return
+        out += self._handed(cast(Out, batch), now)
+        self.frontier.published(topic, len(payloads))
+        ids = [o.id for o in batch if type(o) is Published]
+        self.recovery.kept_many(topic, list(zip(ids, full, strict=True)), now)
 
     def _handed(self, out: Out, now: float) -> Out:
         """The core's deliveries of other nodes' publications, each through the

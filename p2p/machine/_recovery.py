@@ -170,6 +170,17 @@ class Recovery:
         against any further ones is not restored)."""
         if self.history.limits.count == 0:
             return  # nothing kept: no dependencies to gather
+        self.history.add(topic, mid, payload, now, self._replay_deps(topic))
+
+    def kept_many(self, topic: str, entries: Sequence[tuple[MsgId, bytes]], now: float) -> None:
+        """:meth:`kept` for each of ``entries``, published in one step (nothing
+        delivered between them: they share their dependencies)."""
+        if self.history.limits.count == 0:
+            return
+        self.history.add_many(topic, entries, now, self._replay_deps(topic))
+
+    def _replay_deps(self, topic: str) -> Deps:
+        """What a publication on ``topic`` made now is kept with (:meth:`kept`)."""
         frontier = self.frontier
         cached = self._deps.get(topic)
         if cached is not None and cached[0] == frontier.changes:
@@ -179,7 +190,7 @@ class Recovery:
             deps = tuple((n, e, o) for n, (e, o) in last.items() if n != self.id)
             deps = deps[:MAX_REPLAY_DEPS]
             self._deps[topic] = (frontier.changes, deps)
-        self.history.add(topic, mid, payload, now, deps)
+        return deps
 
     def answer(
         self,

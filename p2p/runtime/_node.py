@@ -162,13 +162,12 @@ class Node(_Server):
             now = trio.current_time()
             stamp = _STAMP.pack(time.time())
             out: list[NodeOutput] = []
+            chunk = [stamp + payload for payload in items[start : start + PUBLISH_BATCH]]
             try:
-                for payload in items[start : start + PUBLISH_BATCH]:
-                    more = self.machine.publish(topic, stamp + payload, now)
-                    ids.append(_published_id(more))
-                    out += more
+                self.machine.publish_many(topic, chunk, now, out)
             finally:  # what was accepted before an error is carried out all the same
                 self._handle(out, now)
+            ids += [o.id for o in out if type(o) is Published]
             self._streak += min(PUBLISH_BATCH, len(items) - start)
             if self._streak >= PUBLISH_BATCH:
                 self._streak = 0
