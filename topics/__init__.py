@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from topics._events import Held as Held
     from topics._events import Output as Output
     from topics._events import Published as Published
+    from topics._events import PublishedRun as PublishedRun
     from topics._events import Received as Received
     from topics._events import RoundAcked as RoundAcked
     from topics._events import Send as Send
@@ -59,6 +60,7 @@ _LAZY = {
         "Held",
         "Output",
         "Published",
+        "PublishedRun",
         "Received",
         "RoundAcked",
         "Send",

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 
 from causal import CausalBuffer, MsgId
 from topics._errors import AlreadySubscribedError, LocalProtocolError, NotSubscribedError
-from topics._events import Delivered, Dropped, Output, Published
+from topics._events import Delivered, Dropped, Output, Published, PublishedRun
 from topics._messages import PubMessage, ViewEntry
 from topics._receive import _Receive
 from topics._state import PresetView, _stream_key, _stream_of, _Topic, preset_view
@@ -164,9 +164,11 @@ class VCubePS(_Receive):
         self, topic: str, payloads: Sequence[bytes], now: float
     ) -> list[Output] | None:
         """:meth:`publish` for each of ``payloads``, in order, in one call: the
-        same outputs and state.  ``None``, with nothing done, unless every one
-        would be accepted and none lets a held publication go (then the caller
-        publishes them one by one)."""
+        same state, and the same outputs but that each publication's
+        ``Published`` and own ``Delivered`` come as one :class:`PublishedRun`
+        ahead of the rest.  ``None``, with nothing done, unless every one
+        would be accepted and none lets a held publication go (then the
+        caller publishes them one by one)."""
         state = self._topics.get(topic)
         limit = self.config.max_payload
         if (
@@ -177,13 +179,29 @@ class VCubePS(_Receive):
             or state.buffer.waited_on(self.id, self.incarnation)
         ):
             return None
-        out: list[Output] = []
+        msgs: list[PubMessage] = []
+        rest: list[Output] = []
+        me, life, advance = self.id, self.incarnation, state.buffer.advance
         for payload in payloads:
-            out += self._publish(state, topic, payload)
-        return out
+            msg = self._take(state, payload)
+            msgs.append(msg)
+            advance(me, life, msg.id.seq)  # releases nothing: nothing waits on the stream
+            rest += self._queue_publication(state, msg)
+        return [PublishedRun(topic, tuple(msgs)), *rest]
 
     def _publish(self, state: _Topic, topic: str, payload: bytes) -> list[Output]:
         """:meth:`publish` once its checks passed."""
+        msg = self._take(state, payload)
+        mid = msg.id
+        out: list[Output] = [Published(topic, mid), Delivered(topic, mid, msg.payload, own=True)]
+        released = state.buffer.advance(self.id, self.incarnation, mid.seq)
+        if released:
+            out += self._release(state, released)
+        out += self._queue_publication(state, msg)
+        return out
+
+    def _take(self, state: _Topic, payload: bytes) -> PubMessage:
+        """The next publication of this node on ``state``'s topic, with its barrier."""
         mid = MsgId(self.id, self.incarnation, self._next_seq())
         pubs, ops = state.barrier.publish(mid)
         joins = state.op_joins(ops) if ops else 0
@@ -191,15 +209,14 @@ class VCubePS(_Receive):
         state.published, state.last_pub = True, mid.seq
         if not state.preset and (ops or len(pubs) != 1 or pubs[0][0:2] != mid[0:2]):
             self._note_own(state, msg)  # else it names only its own stream: nothing to mark
-        out: list[Output] = [Published(topic, mid), Delivered(topic, mid, msg.payload, own=True)]
-        released = state.buffer.advance(self.id, self.incarnation, mid.seq)
-        if released:
-            out += self._release(state, released)
+        return msg
+
+    def _queue_publication(self, state: _Topic, msg: PubMessage) -> list[Output]:
+        """Queue ``msg`` for the topic's next round, started now if none is in flight."""
         if state.in_flight is None:
-            out += self._enqueue(state, msg)
-        else:
-            state.queue.append(msg)  # _enqueue's case while a round is in flight
-        return out
+            return self._enqueue(state, msg)
+        state.queue.append(msg)  # _enqueue's case while a round is in flight
+        return []
 
     def preset_subscription(
         self, topic: str, subscribers: Iterable[int], *, shared: PresetView | None = None

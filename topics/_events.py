@@ -71,6 +71,25 @@ class Published:
 
 
 @hot
+class PublishedRun:
+    """This node's publications ``messages`` on ``topic``, accepted in one step
+    (``VCubePS.publish_many``): what a :class:`Published` then an own
+    :class:`Delivered` for each say (:meth:`expand`)."""
+
+    topic: str
+    messages: tuple[PubMessage, ...]
+
+    def expand(self) -> list[Published | Delivered]:
+        """The per-publication events this run stands for, in order."""
+        topic = self.topic
+        out: list[Published | Delivered] = []
+        for m in self.messages:
+            out.append(Published(topic, m.id))
+            out.append(Delivered(topic, m.id, m.payload, own=True))
+        return out
+
+
+@hot
 class Subscribed:
     """The ACK wave of this node's SUB came back: the subscription is confirmed.
 
@@ -112,5 +131,15 @@ class Held:
     ids: tuple[MsgId, ...]
 
 
-Event = Delivered | DeliveredRun | Received | Published | Subscribed | RoundAcked | Dropped | Held
+Event = (
+    Delivered
+    | DeliveredRun
+    | Received
+    | Published
+    | PublishedRun
+    | Subscribed
+    | RoundAcked
+    | Dropped
+    | Held
+)
 Output = Send | Event

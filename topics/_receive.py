@@ -179,12 +179,13 @@ class _Receive(_Fence):
             if packet.predates and state.subscribed and state.lonely:
                 beyond = dict(_bounds_of(packet.beyond))
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
+        single = fresh  # those not delivered in a run (a run's wait for nothing)
         if fresh:
-            out += self._publications(state, fresh)
+            single = self._publications(state, fresh, out)
         if fresh and state.marked:  # kept until streams came up to marks (topics._fence)
             out.extend(self._marks_came(state))
         if fresh and state.confirmed:
-            out.extend(self._ask_bounds(state, fresh[:1], fresh))
+            out.extend(self._ask_bounds(state, fresh[:1], single))
             if self._dead:
                 out.extend(self._fence_held(state, fresh))
         if last_rx is not None and self._dead:

@@ -48,22 +48,27 @@ def _chain_end(fresh: tuple[PubMessage, ...], start: int) -> int:
 class _Runs(_Delivery):
     """Delivery of chains of one round in one step (see the module docstring)."""
 
-    def _publications(self, state: _Topic, fresh: tuple[PubMessage, ...]) -> list[Output]:
+    def _publications(
+        self, state: _Topic, fresh: tuple[PubMessage, ...], out: list[Output]
+    ) -> tuple[PubMessage, ...]:
         """:meth:`_on_publication` for each of ``fresh`` (one stream, in order),
-        a delivered publication's chain of followers delivered as one run."""
-        out: list[Output] = []
+        a delivered publication's chain of followers delivered as one run;
+        the outputs go to ``out``.  Returns those taken one by one (the others
+        were delivered: nothing waits on them)."""
         i, n = 0, len(fresh)
+        single: list[PubMessage] = []
         while i < n:
             msg = fresh[i]
             got = self._on_publication(state, msg)
             out += got
+            single.append(msg)
             i += 1
             if i < n and self._may_run(state, msg, got):
                 end = _chain_end(fresh, i)
                 if end > i:
                     out += self._deliver_run(state, fresh[i - 1 : end])
                     i = end
-        return out
+        return fresh if len(single) == n else tuple(single)
 
     def _may_run(self, state: _Topic, msg: PubMessage, got: list[Output]) -> bool:
         """Whether ``msg`` was just delivered under conditions where its chain of

@@ -69,6 +69,7 @@ from topics import (
     LocalProtocolError,
     PresetView,
     Published,
+    PublishedRun,
     RemoteProtocolError,
     VCubePS,
 )
@@ -295,8 +296,10 @@ class NodeMachine(_Fleet):
             return
         out += self._handed(cast(Out, batch), now)
         self.frontier.published(topic, len(payloads))
-        ids = [o.id for o in batch if type(o) is Published]
-        self.recovery.kept_many(topic, list(zip(ids, full, strict=True)), now)
+        run = batch[0]  # the core's PublishedRun leads its outputs
+        assert type(run) is PublishedRun
+        entries = [(m.id, p) for m, p in zip(run.messages, full, strict=True)]
+        self.recovery.kept_many(topic, entries, now)
 
     def _handed(self, out: Out, now: float) -> Out:
         """The core's deliveries of other nodes' publications, each through the

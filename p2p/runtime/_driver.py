@@ -68,6 +68,7 @@ from topics import (
     Dropped,
     Held,
     Published,
+    PublishedRun,
     Received,
     RoundAcked,
     Send,
@@ -148,6 +149,7 @@ class _Driver(_NodeState):
         """The handler of each output type but the three :meth:`_handle` inlines."""
         return {
             Published: self._on_published,
+            PublishedRun: self._on_published_run,
             Subscribed: self._on_subscribed,
             RoundAcked: self._on_acked,
             Dropped: self._on_dropped,
@@ -282,6 +284,18 @@ class _Driver(_NodeState):
         if self.recorder is not None:
             self.recorder.published(o.topic)
             self._published_at[o.id] = self._now
+
+    def _on_published_run(self, o: PublishedRun) -> None:
+        """Each publication's ``Published`` and own ``Delivered``, where anything
+        traces, records or reads them."""
+        sub = self._subs.get(o.topic)
+        if self._trace is None and self.recorder is None and (sub is None or not sub.own):
+            return
+        for e in o.expand():
+            if isinstance(e, Published):
+                self._on_published(e)
+            else:
+                self._deliver(e)
 
     def _on_acked(self, o: RoundAcked) -> None:
         if self._acked:  # somebody waits for the ACK wave

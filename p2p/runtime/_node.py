@@ -44,7 +44,7 @@ from p2p.runtime._frontier_file import (
 )
 from p2p.runtime._liveness import incarnation_of
 from p2p.runtime._serve import _Server
-from topics import Published
+from topics import Published, PublishedRun
 
 if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetry_dir)
     from p2p.telemetry._recorder import Recorder
@@ -167,7 +167,11 @@ class Node(_Server):
                 self.machine.publish_many(topic, chunk, now, out)
             finally:  # what was accepted before an error is carried out all the same
                 self._handle(out, now)
-            ids += [o.id for o in out if type(o) is Published]
+            for o in out:
+                if type(o) is PublishedRun:
+                    ids += [m.id for m in o.messages]
+                elif type(o) is Published:
+                    ids.append(o.id)
             self._streak += min(PUBLISH_BATCH, len(items) - start)
             if self._streak >= PUBLISH_BATCH:
                 self._streak = 0

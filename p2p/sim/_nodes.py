@@ -39,6 +39,7 @@ from topics import (
     Output,
     Packet,
     Published,
+    PublishedRun,
     Received,
     RemoteProtocolError,
     RoundAcked,
@@ -214,7 +215,7 @@ class _Nodes(_World):
                 rec.dropped(at, node, o.topic, o.count, o.reason)
             elif isinstance(o, Held):
                 rec.held(at, node, o.child, o.ids)
-            elif isinstance(o, DeliveredRun):  # recorded, and listened to, one by one
+            elif isinstance(o, DeliveredRun | PublishedRun):  # taken one by one
                 self._emit_run(node, at, o, machine is None)
                 continue
             elif type(o) is Release:  # after a gap (a machine's frontier counted it)
@@ -244,15 +245,19 @@ class _Nodes(_World):
         rec.delivered(at, node, o.topic, o.id, o.own)
         return True
 
-    def _emit_run(self: Self, node: int, at: float, run: DeliveredRun, frontier: bool) -> None:
+    def _emit_run(
+        self: Self, node: int, at: float, run: DeliveredRun | PublishedRun, frontier: bool
+    ) -> None:
         """A run's events, each as :meth:`_emit` takes it on its own."""
         rec, listeners = self.recorder, self.listeners
         for e in run.expand():
             if isinstance(e, Delivered):
                 if not self._delivered(node, at, e, frontier):
                     continue
-            else:
+            elif isinstance(e, Received):
                 rec.received(at, node, e.topic, e.id, e.relay)
+            else:
+                rec.published(at, node, e.topic, e.id, self._view_of(node, e.topic))
             for listener in listeners:
                 listener(self, node, at, e)
 
