@@ -223,3 +223,53 @@ def test_a_redial_keeps_the_frames_of_the_life_the_node_knows() -> None:
     link._to_life(link._life_of(stale))  # the next connection, dialled from the old record
     assert [body for body, _ in link.log.unconfirmed()] == [b"a repaired SUB for the new life"]
     assert owner.stats["lost_on_disconnect"] == 1
+
+
+def test_the_tail_of_a_short_eager_write_is_sent_with_nothing_queued_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame the node began writing itself (``_Link.write_now``) that the
+    socket took only half of is finished by the link's writer even when
+    nothing else is queued after it: the last round before a quiet spell
+    arrives, and is acknowledged.  (The writer used to wait for more work
+    first: a publisher whose round's tail was left so waited for good.)"""
+    from test_node import _fleet as node_fleet
+
+    import p2p.runtime._link as link_module
+    from p2p.runtime import NodeConfig, open_node
+
+    real_write = link_module._write
+    short = {"armed": False, "cut": 0}
+
+    def short_write(fd: int, data: bytes) -> int:
+        if short["armed"]:
+            short["armed"] = False
+            short["cut"] += 1
+            return real_write(fd, data[: len(data) // 2])
+        return real_write(fd, data)
+
+    monkeypatch.setattr(link_module, "_write", short_write)
+    a_dir, b_dir = node_fleet(tmp_path, 2)
+
+    async def main() -> None:
+        quiet = NodeConfig(discovery=False, detector=False)
+        async with open_node(a_dir, quiet) as a:
+            seeds = (f"127.0.0.1:{a.port}",)
+            cfg = NodeConfig(discovery=False, detector=False, seeds=seeds)
+            async with open_node(b_dir, cfg) as b:
+                await _until(
+                    lambda: a.members() == b.members() and len(a.members()) == 2, 20, "both"
+                )
+                await a.subscribe("t")
+                sub = await b.subscribe("t")
+                await _until(lambda: b.id in a.core.view("t"), 20, "a sees b")
+                for k in range(3):
+                    await trio.sleep(0.2)  # the links idle: the next write is eager
+                    short["armed"] = True
+                    with trio.fail_after(5):
+                        await a.publish("t", b"%d" % k + b"x" * 3000, wait_acked=True)
+                        got = await sub.receive()
+                    assert got.payload.startswith(b"%d" % k)
+
+    trio.run(main)
+    assert short["cut"] == 3

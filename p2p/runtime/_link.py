@@ -331,7 +331,9 @@ class _Link:
         scope.cancel()
 
     async def _wait_for_work(self) -> None:
-        while not self.outbox:
+        """Until something is queued, or a frame :meth:`write_now` began is left
+        to finish (its tail: the peer gets nothing more until it is written)."""
+        while not self.outbox and not self.unsent:
             self.wake = trio.Event()
             await self.wake.wait()
 
