@@ -15,8 +15,10 @@ class PubSubConfig:
     max_payload: int = 64 * 1024
     """Largest payload a publication may carry, in bytes."""
 
-    max_round_messages: int = 256
-    """Most publications a source batches into one round (one tree traversal)."""
+    max_round_messages: int = 1024
+    """Most publications a source batches into one round (one tree traversal):
+    what queued while the previous round was in flight, so rounds grow with
+    the load, up to this and ``max_round_bytes``."""
 
     max_round_bytes: int = 512 * 1024
     """Most payload bytes a source batches into one round."""
