@@ -324,7 +324,7 @@ def cpu_s() -> float:
     return t.user + t.system
 
 
-def process_info(at_go: tuple[float, float]) -> dict[str, Any]:
+def process_info(at_go: tuple[float, float, float]) -> dict[str, Any]:
     """CPU and wall seconds since ``go`` (``at_go`` is :func:`mark`), CPU in all, peak RSS."""
     import resource
 
@@ -333,16 +333,18 @@ def process_info(at_go: tuple[float, float]) -> dict[str, Any]:
     return {
         "cpu_s": cpu,
         "cpu_run_s": cpu - at_go[0],
+        "sys_run_s": os.times().system - at_go[2],
         "wall_run_s": wall - at_go[1],
         "peak_rss_mb": peak,
         "gc": GC.summary(),
     }
 
 
-def mark() -> tuple[float, float]:
-    """CPU and monotonic wall seconds now (for :func:`process_info`); resets :data:`GC`."""
+def mark() -> tuple[float, float, float]:
+    """CPU and monotonic wall seconds now, and the system part of the CPU
+    seconds (for :func:`process_info`); resets :data:`GC`."""
     GC.reset()
-    return cpu_s(), time.monotonic()
+    return cpu_s(), time.monotonic(), os.times().system
 
 
 # --------------------------------------------------------------------- ours
@@ -607,7 +609,7 @@ def run_zmq(spec: Spec) -> None:
 def _run_threads(
     spec: Spec,
     start_ns: int,
-    at_go: tuple[float, float],
+    at_go: tuple[float, float, float],
     rec: Recorder,
     send: Callable[[bytes], bool] | None,
     receive: Callable[[threading.Event], None] | None,

@@ -555,6 +555,12 @@ def fanout_summary(spec: Spec, results: list[dict[str, Any]]) -> dict[str, Any]:
                 1e6 * r["cpu_run_s"] / max(1, r["recv"]["count"]) for r in subs
             ),
         },
+        "sys_us_per_msg": {  # the kernel's part of the above (sockets, mostly)
+            "publisher": 1e6 * pub.get("sys_run_s", 0.0) / max(1, pub["sent"]["count"]),
+            "subscriber": statistics.fmean(
+                1e6 * r.get("sys_run_s", 0.0) / max(1, r["recv"]["count"]) for r in subs
+            ),
+        },
         "cpu_percent": {
             "publisher": _cpu_percent([pub]),
             "subscriber": _cpu_percent(subs),
@@ -1195,6 +1201,9 @@ ROWS: list[Row] = [
      lambda r: r["throughput"]["cpu_us_per_msg"]["publisher"]),
     ("  CPU per message, us: each subscriber",
      lambda r: r["throughput"]["cpu_us_per_msg"]["subscriber"]),
+    ("    of which in the kernel, us: publisher / subscriber", lambda r: "{:.2f} / {:.2f}".format(
+        r["throughput"]["sys_us_per_msg"]["publisher"],
+        r["throughput"]["sys_us_per_msg"]["subscriber"])),
     ("sustained check: paced at 80 %, msg/s", lambda r: r["sustained"]["published_rate"]),
     ("  delivered, msg/s per subscriber", lambda r: r["sustained"]["delivered_rate_min"]),
     ("  p99, ms (1st half / 2nd half)",
