@@ -182,12 +182,36 @@ class VCubePS(_Receive):
         msgs: list[PubMessage] = []
         rest: list[Output] = []
         me, life, advance = self.id, self.incarnation, state.buffer.advance
-        for payload in payloads:
+        for i, payload in enumerate(payloads):
+            if i and state.in_flight is not None:  # the rest only queue: a chain
+                msgs += self._chain(state, payloads[i:])
+                break
             msg = self._take(state, payload)
             msgs.append(msg)
             advance(me, life, msg.id.seq)  # releases nothing: nothing waits on the stream
             rest += self._queue_publication(state, msg)
         return [PublishedRun(topic, tuple(msgs)), *rest]
+
+    def _chain(self, state: _Topic, payloads: Sequence[bytes]) -> list[PubMessage]:
+        """:meth:`_take` and :meth:`_queue_publication` for each of ``payloads``
+        behind the round in flight, in one pass: each names only the one
+        before it (the barrier of a publication right after another is that
+        one, and no op), so none is marked (:meth:`_note_own`), and the
+        stream's frontier moves once (nothing waits on it)."""
+        me, life, seq = self.id, self.incarnation, self._counter
+        before = MsgId(me, life, state.last_pub)
+        new, queue, out = tuple.__new__, state.queue, []
+        for payload in payloads:
+            mid = new(MsgId, (me, life, seq))
+            msg = PubMessage(mid, bytes(payload), (before,), (), before[2], 0)
+            out.append(msg)
+            queue.append(msg)
+            before, seq = mid, seq + 1
+        self._counter = seq
+        state.barrier.published(before)
+        state.last_pub = before[2]
+        state.buffer.advance(me, life, before[2])
+        return out
 
     def _publish(self, state: _Topic, topic: str, payload: bytes) -> list[Output]:
         """:meth:`publish` once its checks passed."""

@@ -186,7 +186,8 @@ class _Receive(_Fence):
             out.extend(self._marks_came(state))
         if fresh and state.confirmed:
             out.extend(self._ask_bounds(state, fresh[:1], single))
-            if self._dead:
+            head = fresh[0].id  # one stream: _fence_held looks only at a dead one's
+            if self._dead and self._is_dead(head.source, head.incarnation):
                 out.extend(self._fence_held(state, fresh))
         if last_rx is not None and self._dead:
             out.extend(self._relay_late(state, messages))

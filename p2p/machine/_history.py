@@ -111,12 +111,13 @@ class History:
         kept = self._topics.get(topic)
         if kept is None:
             kept = self._topics[topic] = deque()
-        extra, order, size = DEP_COST * len(deps), self._order, self.size
+        extra, order, size, most = DEP_COST * len(deps), self._order, self.size, limits.size
+        new = tuple.__new__  # Kept(...), without the named tuple's Python-level __new__
         for mid, payload in entries:
             cost = len(payload) + extra
-            if cost > limits.size:
+            if cost > most:
                 continue
-            kept.append(Kept(mid, payload, now, deps, cost))
+            kept.append(new(Kept, (mid, payload, now, deps, cost)))
             order.append(topic)
             size += cost
         self.size = size

@@ -152,8 +152,10 @@ class Node(_Server):
         publications, counted across both methods' calls."""
         self._check_open()
         items = list(payloads)
-        for payload in items:
-            self._check_payload(payload)
+        limit = self.config.pubsub.max_payload
+        for payload in items:  # _check_payload's test, in one pass
+            if type(payload) is not bytes or len(payload) > limit:
+                self._check_payload(payload)  # raises, but for a bytearray that fits
         if self.config.overflow == "backpressure":
             await self._wait_for_room()
         ids: list[MsgId] = []

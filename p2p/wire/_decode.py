@@ -125,6 +125,11 @@ def _seq_at(b: bytes, p: int) -> tuple[int, int]:
         if seq < 0x100:
             raise _GiveUpError
         return seq, p + 3
+    if h == 0x1A:
+        (seq,) = _U32(b, p + 1)
+        if seq < 0x10000:
+            raise _GiveUpError
+        return seq, p + 5
     return _ctr_at(b, p)
 
 
