@@ -15,7 +15,7 @@ again only when the frontier it waits on advances.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -187,21 +187,6 @@ class CausalBuffer(Generic[T]):
             met.clear()
             self._last_met = None
         return self.advance(mid[0], mid[1], mid[2])
-
-    def deliver_run(self, mids: Sequence[Dep]) -> None:
-        """:meth:`deliver` for each of ``mids`` (of one stream, in increasing
-        order, with no item waiting on that stream: none is released), with one
-        frontier move."""
-        met, limit = self._met, 2 * len(self._frontier) + _MET_SLACK
-        for mid in mids:
-            met.add(mid)
-            if len(met) > limit:  # as deliver does, per id
-                met.clear()
-                self._last_met = None
-        stream, inc, seq = mids[-1]
-        fkey = _key(stream, inc)
-        if self._frontier.get(fkey, -1) < seq:
-            self._frontier[fkey] = seq
 
     def waited_on(self, stream: int, incarnation: int) -> bool:
         """Whether some held item waits on the frontier of ``(stream, incarnation)``."""

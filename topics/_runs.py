@@ -11,7 +11,7 @@ Invariant: the delivery state (frontier, barrier, relay notes) is exactly
 what the per-publication path leaves, and the run's one
 :class:`~topics.DeliveredRun` expands to exactly the events it gives
 (:meth:`~topics.DeliveredRun.expand`); only the buffer's ``known_met``
-shortcut (a cache of satisfied ids) may hold fewer of the chain's ids.
+shortcut (a cache of satisfied ids) holds just the last of the chain.
 The argument, for a publication ``m`` whose predecessor ``p`` in the round
 was just delivered on a confirmed, non-lonely subscription
 without bridges, from a live source other than this node, with nothing
@@ -36,11 +36,19 @@ def _chain_end(fresh: tuple[PubMessage, ...], start: int) -> int:
     the one before it (its barrier and its ``prev``), and no op."""
     before = fresh[start - 1].id
     end, n = start, len(fresh)
-    while end < n:
+    while end < n:  # PubMessage.chains_on, inlined: once per publication
         m = fresh[end]
-        if not m.chains_on(before):
+        deps, mid = m.deps, m.id
+        if (
+            m.op_deps
+            or m.prev != before[2]
+            or len(deps) != 1
+            or deps[0] != before
+            or mid[0] != before[0]
+            or mid[1] != before[1]
+        ):
             break
-        before = m.id
+        before = mid
         end += 1
     return end
 
@@ -94,10 +102,11 @@ class _Runs(_Delivery):
         ``chain[0]`` was delivered: the state changes of doing it one by one,
         with one barrier update and one frontier move, and one
         :class:`DeliveredRun` for the events."""
-        ids = [m.id for m in chain]
-        last = ids[-1]
-        state.barrier.delivered(last, ids[:-1], ())
-        state.buffer.deliver_run(ids[1:])
+        last = chain[-1].id
+        # One by one, each removes the one before it and adds itself: of the
+        # chain, only its first was in the barrier before, and only its last is after.
+        state.barrier.delivered(last, (chain[0].id,), ())
+        state.buffer.deliver(last)  # releases nothing: nothing waits on the stream
         if state.relay_unowed:
             state.relay_unowed.discard(_stream_key(last.source, last.incarnation))
         return [DeliveredRun(state.name, chain[1:])]
