@@ -357,14 +357,16 @@ class _Rounds(_Announcing):
         """``head`` and the publications queued right behind it, within the round limits."""
         batch = [head]
         size = len(head.payload)
-        cfg = self.config
-        while state.queue and len(batch) < cfg.max_round_messages:
-            nxt = state.queue[0]
-            if not isinstance(nxt, PubMessage) or size + len(nxt.payload) > cfg.max_round_bytes:
+        cfg, queue, append = self.config, state.queue, batch.append
+        most, room = cfg.max_round_bytes, cfg.max_round_messages - 1
+        while queue and room:
+            nxt = queue[0]
+            if type(nxt) is not PubMessage or size + len(nxt.payload) > most:
                 break
-            batch.append(nxt)
+            append(nxt)
             size += len(nxt.payload)
-            state.queue.popleft()
+            queue.popleft()
+            room -= 1
         return tuple(batch)
 
     def _round_done(self, rid: RoundId, pending: _Pending) -> list[Output]:

@@ -120,11 +120,16 @@ class History:
             kept.append(new(Kept, (mid, payload, now, deps, cost)))
             order.append(topic)
             size += cost
-        self.size = size
         if not kept:
             del self._topics[topic]
-        while len(order) > limits.count or self.size > limits.size:
-            self._evict()
+        topics, count = self._topics, limits.count
+        while len(order) > count or size > most:  # _evict, inlined: once per publication
+            oldest = order.popleft()
+            held = topics[oldest]
+            size -= held.popleft().cost
+            if not held:
+                del topics[oldest]
+        self.size = size
         self.expire(now)
 
     def _evict(self) -> None:

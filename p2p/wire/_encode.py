@@ -3,6 +3,7 @@ bodies to frames (:func:`frame`); the cache of recent rounds' encoded messages."
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Final
 
@@ -59,6 +60,8 @@ def _e_ints(values: Sequence[int]) -> bytes:
 
 
 _UNSET: Final = object()
+_SEQ32: Final = struct.Struct(">BI").pack
+"""A counter's head and value from 2**16 to 2**32 - 1 (the sequence numbers of a busy node)."""
 
 
 def _e_messages(messages: Sequence[PubMessage]) -> bytes:
@@ -85,12 +88,23 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
     before: MsgId | None = None
     for m in messages:
         joins = m.op_joins
-        mid, payload = m.id, m.payload
-        short = before is not None and m.chains_on(before)
+        mid, payload, deps = m.id, m.payload, m.deps
+        short = (  # PubMessage.chains_on, inlined: once per publication
+            before is not None
+            and not m.op_deps
+            and m.prev == before[2]
+            and len(deps) == 1
+            and deps[0] == before
+            and mid[0] == before[0]
+            and mid[1] == before[1]
+        )
         if short:  # a chain's follower: [seq, payload]
             seq = mid[2]
             append(b"\x82")
-            append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
+            if type(seq) is int and 0x10000 <= seq < 0x1_0000_0000:
+                append(_SEQ32(0x1A, seq))
+            else:
+                append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
         else:
             append(b"\x86" if joins else b"\x85")
             e_id(mid)
