@@ -92,6 +92,38 @@ def test_the_history_never_holds_more_than_its_bounds(
             assert where[-1] == fit[-1]
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("ab"), st.lists(st.integers(0, 300), max_size=12), st.floats(0, 5)
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 20),
+    st.integers(0, 2000),
+    st.floats(1, 50),
+)
+def test_a_batch_is_kept_as_one_by_one(
+    batches: list[tuple[str, list[int], float]], count: int, size: int, age: float
+) -> None:
+    """``add_many`` leaves what ``add`` for each would: the same entries, in
+    the same order, the same bytes counted (evictions included)."""
+    limits = HistoryLimits(count=count, size=size, age=age)
+    one, many = History(limits), History(limits)
+    now, seq = 0.0, 0
+    for topic, lengths, step in batches:
+        now += step
+        ids = [MsgId(PUB, 1, seq + i) for i in range(len(lengths))]
+        seq += len(lengths)
+        payloads = [bytes(16) + bytes(n) for n in lengths]
+        for mid, p in zip(ids, payloads, strict=True):
+            one.add(topic, mid, p, now, ((1, 2, 3),))
+        many.add_many(topic, ids, payloads, now, ((1, 2, 3),))
+        assert (len(many), many.size) == (len(one), one.size)
+        for t in "ab":
+            assert many.since(t, 0, -1, now) == one.since(t, 0, -1, now)
+
+
 def test_history_limits_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="count"):
         HistoryLimits(count=-1)

@@ -175,7 +175,7 @@ class VCubePS(_Receive):
             state is None
             or not state.subscribed
             or len(state.queue) + len(payloads) > self.config.max_queued_ops
-            or any(len(p) > limit for p in payloads)
+            or max(map(len, payloads), default=0) > limit
             or state.buffer.waited_on(self.id, self.incarnation)
         ):
             return None

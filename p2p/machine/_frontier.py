@@ -82,11 +82,12 @@ class Frontier:
         that many, those :meth:`envelopes` announced)."""
         self._next[topic] = self._next.get(topic, 0) + count
 
-    def envelopes(self, topic: str, count: int) -> list[bytes]:
-        """The envelopes of this node's next ``count`` publications on ``topic``
-        (taken only by :meth:`published`, as :meth:`envelope`'s)."""
+    def enveloped(self, topic: str, payloads: Sequence[bytes]) -> list[bytes]:
+        """``payloads`` as this node's next publications on ``topic``, each behind
+        its envelope (the ordinals taken only by :meth:`published`, as
+        :meth:`envelope`'s)."""
         first, epoch, pack = self._next.get(topic, 0), self.epoch, _ENVELOPE.pack
-        return [pack(epoch, first + i) for i in range(count)]
+        return [pack(epoch, first + i) + p for i, p in enumerate(payloads)]
 
     def delivered(self, topic: str, source: int, payload: bytes, hold: bool = False) -> int:
         """Record the delivery of a publication of ``source`` (never this node's

@@ -101,10 +101,16 @@ class History:
         self.expire(now)
 
     def add_many(
-        self, topic: str, entries: Sequence[tuple[MsgId, bytes]], now: float, deps: Deps = ()
+        self,
+        topic: str,
+        ids: Sequence[MsgId],
+        payloads: Sequence[bytes],
+        now: float,
+        deps: Deps = (),
     ) -> None:
-        """:meth:`add` for each of ``entries`` in order, evicting once at the end
-        (the same entries stay: eviction always takes the oldest first)."""
+        """:meth:`add` for each of ``payloads`` (published as ``ids``) in order,
+        evicting at the end (the same entries stay: eviction always takes the
+        oldest first)."""
         limits = self.limits
         if limits.count == 0:
             return
@@ -113,7 +119,7 @@ class History:
             kept = self._topics[topic] = deque()
         extra, order, size, most = DEP_COST * len(deps), self._order, self.size, limits.size
         new = tuple.__new__  # Kept(...), without the named tuple's Python-level __new__
-        for mid, payload in entries:
+        for mid, payload in zip(ids, payloads, strict=True):
             cost = len(payload) + extra
             if cost > most:
                 continue

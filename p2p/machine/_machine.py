@@ -286,9 +286,8 @@ class NodeMachine(_Fleet):
         published, their outputs in ``out``)."""
         room = self.core.config.max_payload - ENVELOPE_SIZE
         batch = None
-        if all(len(p) <= room for p in payloads):
-            envelopes = self.frontier.envelopes(topic, len(payloads))
-            full = [e + p for e, p in zip(envelopes, payloads, strict=True)]
+        if max(map(len, payloads), default=0) <= room:
+            full = self.frontier.enveloped(topic, payloads)
             batch = self.core.publish_many(topic, full, now)
         if batch is None:
             for payload in payloads:
@@ -298,8 +297,7 @@ class NodeMachine(_Fleet):
         self.frontier.published(topic, len(payloads))
         run = batch[0]  # the core's PublishedRun leads its outputs
         assert type(run) is PublishedRun
-        entries = [(m.id, p) for m, p in zip(run.messages, full, strict=True)]
-        self.recovery.kept_many(topic, entries, now)
+        self.recovery.kept_many(topic, [m.id for m in run.messages], full, now)
 
     def _handed(self, out: Out, now: float) -> Out:
         """The core's deliveries of other nodes' publications, each through the

@@ -172,12 +172,14 @@ class Recovery:
             return  # nothing kept: no dependencies to gather
         self.history.add(topic, mid, payload, now, self._replay_deps(topic))
 
-    def kept_many(self, topic: str, entries: Sequence[tuple[MsgId, bytes]], now: float) -> None:
-        """:meth:`kept` for each of ``entries``, published in one step (nothing
-        delivered between them: they share their dependencies)."""
+    def kept_many(
+        self, topic: str, ids: Sequence[MsgId], payloads: Sequence[bytes], now: float
+    ) -> None:
+        """:meth:`kept` for each of ``payloads``, published in one step as ``ids``
+        (nothing delivered between them: they share their dependencies)."""
         if self.history.limits.count == 0:
             return
-        self.history.add_many(topic, entries, now, self._replay_deps(topic))
+        self.history.add_many(topic, ids, payloads, now, self._replay_deps(topic))
 
     def _replay_deps(self, topic: str) -> Deps:
         """What a publication on ``topic`` made now is kept with (:meth:`kept`)."""
