@@ -501,6 +501,16 @@ def test_a_follower_is_the_publication_that_names_only_the_one_before_it() -> No
     assert encode_packets([want]) == raw
 
 
+@pytest.mark.parametrize("seq", [23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32])
+def test_a_followers_sequence_number_is_cbor2s_in_every_head_size(seq: int) -> None:
+    first = PubMessage(MsgId(3, 1, seq - 1), b"ab", (), (), -1)
+    follower = PubMessage(MsgId(3, 1, seq), b"cd", (first.id,), (), seq - 1)
+    packet = PubRound(RoundId(3, 1, 7), "t", (first, follower), (4,))
+    _ENCODED.clear()
+    assert encode_packets([packet]) == cbor2.dumps([PROTOCOL_VERSION, [cbor_tree(packet)]])
+    assert decode_packets(encode_packets([packet]), LIMITS) == [packet]
+
+
 def test_hand_written_bodies_are_valid() -> None:
     """The baselines below are accepted: each rejection case breaks exactly one rule."""
     ack = [3, RID, "t", [OP], [[1, 2, 3]]]

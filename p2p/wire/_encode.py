@@ -60,8 +60,9 @@ def _e_ints(values: Sequence[int]) -> bytes:
 
 
 _UNSET: Final = object()
+_SEQ16: Final = struct.Struct(">BH").pack
 _SEQ32: Final = struct.Struct(">BI").pack
-"""A counter's head and value from 2**16 to 2**32 - 1 (the sequence numbers of a busy node)."""
+"""A counter's head and value, 2**8 to 2**16 - 1 and 2**16 to 2**32 - 1 (a busy node's)."""
 
 
 def _e_messages(messages: Sequence[PubMessage]) -> bytes:
@@ -101,10 +102,14 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
         if short:  # a chain's follower: [seq, payload]
             seq = mid[2]
             append(b"\x82")
-            if type(seq) is int and 0x10000 <= seq < 0x1_0000_0000:
-                append(_SEQ32(0x1A, seq))
+            if type(seq) is not int or not 0 <= seq < 0x1_0000_0000:
+                append(_e_int(seq))
+            elif seq < 0x100:
+                append(_UINT[seq])
+            elif seq < 0x10000:
+                append(_SEQ16(0x19, seq))
             else:
-                append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
+                append(_SEQ32(0x1A, seq))
         else:
             append(b"\x86" if joins else b"\x85")
             e_id(mid)
