@@ -75,6 +75,8 @@ from topics import (
     Subscribed,
 )
 
+_HANDED_ON = (Delivered, DeliveredRun, Received, Release)
+"""The outputs that hand publications on (or time them): after a frame's sends."""
 log = logging.getLogger("p2p.node")
 
 
@@ -116,27 +118,56 @@ class _Driver(_NodeState):
         if recording:  # one clock read per batch (``now``, if the caller has one)
             self._now = trio.current_time() if now is None else now
         handlers = self._on
+        later = self._later if self._stepping else None
         for o in outputs:
-            if type(o) is Delivered:
-                self._deliver(o)
-            elif type(o) is DeliveredRun:
-                self._deliver_run(o)
-            elif type(o) is Received:
-                if recording and not o.relay:  # hot path
-                    self._received(o)
+            if isinstance(o, _HANDED_ON):
+                if later is not None:  # after the frame's sends (Serving._read_loop)
+                    later.append(o)
+                else:
+                    self._hand(o, recording)
             elif type(o) is Send:
                 self._send(o)
             else:
                 handlers[type(o)](o)
-        if self._arrived is not None:  # held back past its batch: timed from now
-            self._received_at[self._arrived] = self._now
-            self._arrived = None
+        if later is None:
+            self._settled()
         if self._eager and not self._stepping:
             self._write_eager()
         if self._frontier_store is not None:  # once per batch: the check is inside
             self._write_frontier()
         if self._timer_wake is not None:
             self._rewake(self._timer_wake)
+
+    def _hand(self, o: Delivered | DeliveredRun | Received | Release, recording: bool) -> None:
+        """One of the outputs that hand publications on (or time them)."""
+        if isinstance(o, Delivered):
+            self._deliver(o)
+        elif isinstance(o, DeliveredRun):
+            self._deliver_run(o)
+        elif isinstance(o, Received):
+            if recording and not o.relay:
+                self._received(o)
+        else:
+            self._released(o)
+
+    def _settled(self) -> None:
+        """The end of a batch of deliveries: what arrived and was not delivered
+        in it is timed from now."""
+        if self._arrived is not None:
+            self._received_at[self._arrived] = self._now
+            self._arrived = None
+
+    def _hand_later(self) -> None:
+        """Hand on the deliveries :meth:`_handle` kept while a frame was read:
+        the frame's forwards and ACKs are written first (cut-through: an ACK
+        says the sub-tree received a round; handing it to the application
+        comes after, as it always came after the core delivered it)."""
+        later, self._later = self._later, []
+        if later:
+            recording = self.recorder is not None
+            for o in later:
+                self._hand(o, recording)
+            self._settled()
 
     def _rewake(self, wake: trio.CancelScope) -> None:
         """The timer contract (``NodeMachine.get_timer``): after every call into the
@@ -160,7 +191,6 @@ class _Driver(_NodeState):
             MemberDown: self._member_down,
             SuspicionCorrected: self._corrected,
             RoundStarted: self._round_started,
-            Release: self._released,
             Reincarnated: self._reincarnated,
             Stalled: self._stalled,
             Superseded: self._superseded,

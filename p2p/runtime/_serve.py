@@ -277,12 +277,13 @@ class _Server(_Driver):
                 self._handle(out, now)
             finally:
                 self._stepping = False
+                if self._eager and not messages.ready:  # else after the last frame read
+                    self._write_eager()
+                self._hand_later()  # the application gets the frame's deliveries now
             if notes is not None:
                 self._notes_after(peer, body, notes)
             if out and type(out[-1]) is Refused:
                 raise RemoteProtocolError(out[-1].reason)
-            if self._eager and not messages.ready:  # else after the last frame read
-                self._write_eager()
             if link and (not messages.ready or lseq % ACK_EVERY == 0):
                 await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
 

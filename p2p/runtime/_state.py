@@ -44,8 +44,10 @@ from p2p.wire import WireLimits
 from topics import VCubePS
 from vcube import Detector, Hypercube
 
-if TYPE_CHECKING:  # imported when a node records telemetry (NodeConfig.telemetry_dir)
+if TYPE_CHECKING:  # the recorder is imported when a node records telemetry
+    from p2p.machine import Release
     from p2p.telemetry._recorder import Recorder
+    from topics import Delivered, DeliveredRun, Received
 
 log = logging.getLogger("p2p.node")
 
@@ -220,6 +222,8 @@ class _NodeState:
         the current step (:meth:`_write_eager`): one frame for all a step sends."""
         self._stepping = False
         """Set while a frame's packets are handled: the writes wait for its end."""
+        self._later: list[Delivered | DeliveredRun | Received | Release] = []
+        """Deliveries of the frame being read, handed on once its sends are written."""
         self.recorder: Recorder | None = None
         """Telemetry (``NodeConfig.telemetry_dir``), set by :func:`open_node`."""
         self.connections = 0
