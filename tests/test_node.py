@@ -556,23 +556,29 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
 
 @pytest.mark.parametrize("traced", [False, True])
 @pytest.mark.parametrize("capacity", [100, 3])
+@pytest.mark.parametrize("short", [None, 1])
 def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
-    tmp_path: Path, traced: bool, capacity: int
+    tmp_path: Path, traced: bool, capacity: int, short: int | None
 ) -> None:
     """A ``DeliveredRun`` (core outputs fed by hand) hands out what its
     expansion does, one by one: the same deliveries, the same drops when the
-    queue is full, the same trace."""
+    queue is full, the same trace, the same count of payloads without the
+    envelope and stamp (``short``: which one lacks them)."""
     (node_dir,) = _fleet(tmp_path, 1)
     stamp = time.time()
     msgs, before = [], None
     for k in range(5):
         mid = MsgId(7, 0, k)
         payload = bytes(ENVELOPE_SIZE) + _STAMP.pack(stamp + k) + b"p%d" % k
+        if k == short:
+            payload = bytes(ENVELOPE_SIZE)
         msgs.append(PubMessage(mid, payload, (before,) if before else (), (), k - 1))
         before = mid
     run = DeliveredRun("t", tuple(msgs))
 
-    def deliver(outputs: list[Any]) -> tuple[list[Delivery], int, list[tuple[object, ...]]]:
+    Result = tuple[list[Delivery], tuple[int, int], list[tuple[object, ...]]]
+
+    def deliver(outputs: list[Any]) -> Result:
         trace: list[tuple[object, ...]] = []
         hook = (lambda *event: trace.append(event)) if traced else None
         got: list[Delivery] = []
@@ -583,14 +589,14 @@ def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
                 sub = await node.subscribe("t")
                 node._handle(outputs)
                 got.extend(sub._queue)
-                dropped.append(sub.dropped)
+                counts.append((sub.dropped, node.stats["malformed_payload"]))
 
-        dropped: list[int] = []
+        counts: list[tuple[int, int]] = []
         trio.run(main)
-        return got, dropped[0], [e for e in trace if e[0] == "deliver"]
+        return got, counts[0], [e for e in trace if e[0] == "deliver"]
 
     assert deliver([run]) == deliver(run.expand())
-    assert len(deliver([run])[0]) == min(capacity, 5)
+    assert len(deliver([run])[0]) == min(capacity, 5 - (short is not None))
 
 
 def test_a_seed_naming_the_node_itself_is_skipped() -> None:

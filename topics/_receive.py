@@ -70,10 +70,11 @@ class _Receive(_Fence):
             raise RemoteProtocolError(f"bad topic name {str(topic)[:64]!r}")
         if len(messages) > cfg.max_round_messages:
             raise RemoteProtocolError(f"round of {len(messages)} publications exceeds the limit")
+        most_payload, most_barrier = cfg.max_payload, cfg.max_barrier
         for msg in messages:
-            if len(msg.payload) > cfg.max_payload:
+            if len(msg.payload) > most_payload:
                 raise RemoteProtocolError(f"payload of {msg.id!r} exceeds max_payload")
-            if len(msg.deps) + len(msg.op_deps) > cfg.max_barrier:
+            if len(msg.deps) + len(msg.op_deps) > most_barrier:
                 raise RemoteProtocolError(f"causal barrier of {msg.id!r} exceeds max_barrier")
         held = state.kept() if state is not None else 0  # held_back()
         if (
@@ -105,10 +106,10 @@ class _Receive(_Fence):
         before = last_rx.get(_stream_key(source, inc), -1)
         prev = -1
         for msg in messages:
-            mid = msg.id
-            if mid.source != source or mid.incarnation != inc or mid.seq <= prev:
+            mid = msg.id  # (source, incarnation, seq), read by index: once per publication
+            if mid[0] != source or mid[1] != inc or mid[2] <= prev:
                 raise RemoteProtocolError(f"round mixes streams or is out of order at {mid!r}")
-            prev = mid.seq
+            prev = mid[2]
         last = prev if prev > before else before  # max(), without the call (once per round)
         if first.seq > before:
             return messages, last

@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from causal import MsgId
 from p2p._errors import IdentityError, IdentityInUseError, SecurityError
 from p2p._revocation import load_revocations
 from p2p._transport import parse_address
@@ -349,10 +350,15 @@ class _Driver(_NodeState):
             if sub is None or not sub.own:
                 return
         if len(d.payload) < _HEAD:
-            self.stats["malformed_payload"] += 1
-            log.error("publication %r on %r has no envelope: not delivered", d.id, d.topic)
+            self._malformed(d.topic, d.id)
             return
         self._hand_on(d, 0)
+
+    def _malformed(self, topic: str, mid: MsgId) -> None:
+        """A publication whose payload lacks the envelope and stamp: counted,
+        logged, not delivered (no honest member sends one)."""
+        self.stats["malformed_payload"] += 1
+        log.error("publication %r on %r has no envelope: not delivered", mid, topic)
 
     def _received(self, o: Received) -> None:
         """A publication arrived (recording): timed from now, unless it is
@@ -366,30 +372,30 @@ class _Driver(_NodeState):
         each on to the application as :meth:`_deliver` would, in one step when
         nothing is traced or recorded and every payload has its stamp."""
         sub = self._subs.get(run.topic)
-        messages = run.messages
-        if (
-            self._trace is not None
-            or self.recorder is not None
-            or sub is None
-            or min(len(m.payload) for m in messages) < _HEAD
-        ):
+        if self._trace is not None or self.recorder is not None or sub is None:
             for e in run.expand():
                 if isinstance(e, Delivered):
                     self._deliver(e)
                 elif self.recorder is not None:
                     self._received(e)
             return
-        queue, topic = sub._queue, run.topic
-        room = sub._capacity - len(queue)
-        for m in messages[:room] if room < len(messages) else messages:
+        queue, topic, capacity = sub._queue, run.topic, sub._capacity
+        dropped = 0
+        for m in run.messages:
             payload = m.payload
+            if len(payload) < _HEAD:
+                self._malformed(topic, m.id)
+                continue
+            if len(queue) >= capacity:
+                dropped += 1
+                continue
             (stamp,) = _unpack_stamp(payload, ENVELOPE_SIZE)
             source, incarnation, seq = m.id
             queue.append(
                 _new_delivery(topic, source, incarnation, seq, payload[_HEAD:], False, stamp, 0)
             )
-        if room < len(messages):
-            self._dropped(sub, len(messages) - max(room, 0))
+        if dropped:
+            self._dropped(sub, dropped)
         if sub._parked:
             sub._parked = False
             sub._waiting.unpark_all()
