@@ -576,9 +576,9 @@ def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
         before = mid
     run = DeliveredRun("t", tuple(msgs))
 
-    Result = tuple[list[Delivery], tuple[int, int], list[tuple[object, ...]]]
-
-    def deliver(outputs: list[Any]) -> Result:
+    def deliver(
+        outputs: list[Any],
+    ) -> tuple[list[Delivery], tuple[int, int], list[tuple[object, ...]]]:
         trace: list[tuple[object, ...]] = []
         hook = (lambda *event: trace.append(event)) if traced else None
         got: list[Delivery] = []
