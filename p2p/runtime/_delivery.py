@@ -181,15 +181,7 @@ class Subscription:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit}")
         await trio.lowlevel.checkpoint_if_cancelled()
-        queue = self._queue
-        if queue:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        while not queue:
-            if self._closed:
-                raise trio.EndOfChannel
-            self._parked = True
-            await self._waiting.park()
-        self._streak = 0
+        queue = await self._ready()
         pop = queue.popleft
         return [pop() for _ in range(min(limit, len(queue)))]
 
@@ -203,8 +195,14 @@ class Subscription:
 
     async def _next(self) -> Delivery:
         """:meth:`receive` after its cancellation point, when it has to yield or wait."""
+        return (await self._ready()).popleft()
+
+    async def _ready(self) -> deque[Delivery]:
+        """The queue, once it holds a delivery: lets other tasks run first if it
+        does (a batch is over), else waits; ``trio.EndOfChannel`` once
+        unsubscribed and all read."""
         queue = self._queue
-        if queue:  # the batch is over: let others run
+        if queue:
             await trio.lowlevel.cancel_shielded_checkpoint()
         while not queue:
             if self._closed:
@@ -212,7 +210,7 @@ class Subscription:
             self._parked = True
             await self._waiting.park()
         self._streak = 0
-        return queue.popleft()
+        return queue
 
 
 class _Batches:
