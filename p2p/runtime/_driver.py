@@ -3,8 +3,9 @@ the machine's and the core's outputs and feeds it timers, control packets,
 revocations and hints.
 
 :meth:`_Driver._handle` is the one place outputs are carried out: packets go
-to links, deliveries to subscriptions (the hand-off), membership changes to
-links and watchers.  Invariants: outputs are carried out synchronously and in
+to links, deliveries to subscriptions (the hand-off, ``p2p.runtime._handoff``;
+while a frame is read, after the frame's sends are written), membership
+changes to links and watchers.  Invariants: outputs are carried out synchronously and in
 order (the machine stays single-threaded); a packet for a node the core
 treats as crashed is counted, never queued; a peer that leaves the view has
 its link dropped and what it held counted as lost; a revoked node is dropped
