@@ -181,7 +181,9 @@ class _Receive(_Fence):
                 beyond = dict(_bounds_of(packet.beyond))
                 out.extend(self._frontier(state, dict(_bounds_of(packet.predates)), beyond))
         single = fresh  # those not delivered in a run (a run's wait for nothing)
-        if fresh:
+        if len(fresh) == 1:  # no chain in it: the most common round of all
+            out += self._on_publication(state, fresh[0])
+        elif fresh:
             single = self._publications(state, fresh, out)
         if fresh and state.marked:  # kept until streams came up to marks (topics._fence)
             out.extend(self._marks_came(state))
