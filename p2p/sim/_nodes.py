@@ -215,7 +215,7 @@ class _Nodes(_World):
                 rec.dropped(at, node, o.topic, o.count, o.reason)
             elif isinstance(o, Held):
                 rec.held(at, node, o.child, o.ids)
-            elif type(o) is DeliveredRun or type(o) is PublishedRun:  # taken one by one
+            elif isinstance(o, (DeliveredRun, PublishedRun)):  # taken one by one
                 self._emit_run(node, at, o, machine is None)
                 continue
             elif type(o) is Release:  # after a gap (a machine's frontier counted it)
