@@ -37,6 +37,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "topics._state",
     "topics._base",
     "topics._delivery",
+    "topics._runs",
     "topics._aggregation",
     "topics._announce",
     "topics._rounds",
