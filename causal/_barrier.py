@@ -46,8 +46,7 @@ class CausalBarrier:
         pubs = self._pubs
         barrier = (next(iter(pubs)),) if len(pubs) == 1 else tuple(sorted(pubs))
         ops = tuple(sorted(self._ops.values())) if self._ops else ()
-        self._pubs = {mid}
-        self._ops.clear()
+        self.published(mid)
         return barrier, ops
 
     def published(self, mid: MsgId) -> None:

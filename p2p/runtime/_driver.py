@@ -5,8 +5,8 @@ revocations and hints.
 :meth:`_Driver._handle` is the one place outputs are carried out: packets go
 to links, deliveries to subscriptions (the hand-off, ``p2p.runtime._handoff``;
 while a frame is read, after the frame's sends are written), membership
-changes to links and watchers.  Invariants: outputs are carried out synchronously and in
-order (the machine stays single-threaded); a packet for a node the core
+changes to links and watchers.  Invariants: outputs are carried out
+synchronously and in order (the machine stays single-threaded); a packet for a node the core
 treats as crashed is counted, never queued; a peer that leaves the view has
 its link dropped and what it held counted as lost; a revoked node is dropped
 at once and the list goes on to this node's VCube neighbours.
@@ -43,9 +43,7 @@ from p2p.machine import (
     Superseded,
     SuspicionCorrected,
 )
-from p2p.runtime._delivery import (
-    MembershipEvent,
-)
+from p2p.runtime._delivery import MembershipEvent
 from p2p.runtime._handoff import _HandOff
 from p2p.runtime._link import _NOT_CORE, EXCHANGE_CHUNK, _Link, _why
 from p2p.wire import (

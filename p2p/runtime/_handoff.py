@@ -117,15 +117,13 @@ class _HandOff(_NodeState):
 
     def _deliver_run(self, run: DeliveredRun) -> None:
         """The machine delivers ``run`` (through its frontier, nothing missed):
-        each on to the application as :meth:`_deliver` would, in one step when
-        nothing is traced or recorded and every payload has its stamp."""
+        each on to the application as :meth:`_deliver` would, in one loop
+        when nothing is traced or recorded, else event by event."""
         sub = self._subs.get(run.topic)
         if self._trace is not None or self.recorder is not None or sub is None:
+            recording = self.recorder is not None
             for e in run.expand():
-                if isinstance(e, Delivered):
-                    self._deliver(e)
-                elif self.recorder is not None:
-                    self._received(e)
+                self._hand(e, recording)
             return
         queue, topic, capacity = sub._queue, run.topic, sub._capacity
         dropped = 0

@@ -62,7 +62,16 @@ def _e_ints(values: Sequence[int]) -> bytes:
 _UNSET: Final = object()
 _SEQ16: Final = struct.Struct(">BH").pack
 _SEQ32: Final = struct.Struct(">BI").pack
-"""A counter's head and value, 2**8 to 2**16 - 1 and 2**16 to 2**32 - 1 (a busy node's)."""
+
+
+def _e_seq(seq: int) -> bytes:
+    """A sequence number's CBOR: the sizes a node's counter has, without a call
+    to :func:`~p2p.wire._cbor._e_int` (its bytes, for every value)."""
+    if type(seq) is not int or not 0 <= seq < 0x1_0000_0000:
+        return _e_int(seq)
+    if seq < 0x100:
+        return _UINT[seq]
+    return _SEQ16(0x19, seq) if seq < 0x10000 else _SEQ32(0x1A, seq)
 
 
 def _e_messages(messages: Sequence[PubMessage]) -> bytes:
@@ -84,7 +93,7 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
             source, incarnation = s, inc
             prefix = b"\x83" + _e_int(s) + _e_int(inc)
         append(prefix)
-        append(_UINT[seq] if type(seq) is int and 0 <= seq < 0x100 else _e_int(seq))
+        append(_e_seq(seq))
 
     before: MsgId | None = None
     for m in messages:
@@ -100,16 +109,8 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
             and mid[1] == before[1]
         )
         if short:  # a chain's follower: [seq, payload]
-            seq = mid[2]
             append(b"\x82")
-            if type(seq) is not int or not 0 <= seq < 0x1_0000_0000:
-                append(_e_int(seq))
-            elif seq < 0x100:
-                append(_UINT[seq])
-            elif seq < 0x10000:
-                append(_SEQ16(0x19, seq))
-            else:
-                append(_SEQ32(0x1A, seq))
+            append(_e_seq(mid[2]))
         else:
             append(b"\x86" if joins else b"\x85")
             e_id(mid)
