@@ -64,8 +64,9 @@ classes must hold whatever a peer sends until its own checks reject it with
 ``TypeError`` first), ``vcube._detector`` and ``vcube._detout`` (the
 detector and its outputs, split off that module and pure like it:
 ``Detector.receive`` too must let a bad sender or message reach its checks),
-``topics._srpt`` and ``p2p.sim._detsim`` (baselines and test harnesses, off
-the hot paths)."""
+``topics._chain`` (its ``Chain`` extends ``tuple``, which a compiled class
+cannot), ``topics._srpt`` and ``p2p.sim._detsim`` (baselines and test
+harnesses, off the hot paths)."""
 
 _ROOT = Path(__file__).resolve().parent.parent
 

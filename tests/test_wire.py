@@ -47,6 +47,7 @@ from topics import (
     Ack,
     Bound,
     Bundle,
+    Chain,
     Fence,
     Packet,
     PubMessage,
@@ -58,6 +59,7 @@ from topics import (
     Uns,
     VCubePS,
     ViewEntry,
+    chain_of,
 )
 from topics._messages import DEP_SET_MIN
 from vcube import Hypercube
@@ -167,6 +169,14 @@ def flatten(seq: list[Packet | Bundle]) -> list[Packet]:
     return [q for p in seq for q in (p.packets if isinstance(p, Bundle) else (p,))]
 
 
+def assert_chains_marked(packets: list[Packet]) -> None:
+    """Every decoded round's publications are a ``Chain`` exactly when they are one
+    (``chain_of``'s test), whichever decoder read them."""
+    for p in packets:
+        if isinstance(p, PubRound):
+            assert (type(p.messages) is Chain) == (type(chain_of(p.messages)) is Chain)
+
+
 def pub(payload: bytes = b"x" * 64, deps: tuple[MsgId, ...] = (MsgId(5, 1, 2),)) -> PubRound:
     msg = PubMessage(MsgId(3, 1, 9), payload, deps, (), 8)
     return PubRound(RoundId(3, 1, 7), "sensors/temp", (msg,), (4, 6, 9))
@@ -182,6 +192,9 @@ def test_round_trip(seq: list[Packet | Bundle], alive: int | None) -> None:
     assert FrameReader(LIMITS).feed(frame(body)) == [body]
     direct = _decode_direct(body, LIMITS)
     assert direct is None or direct == Body(flatten(seq), alive=alive)
+    assert_chains_marked(decode_body(body, LIMITS).packets)
+    if direct is not None:
+        assert_chains_marked(direct.packets)
     if all(isinstance(p, PubRound) or p == Ack(p.round, p.topic) for p in flatten(seq)):
         assert direct is not None  # the runtime's usual frames take the direct decoder
     if alive is not None:
@@ -499,6 +512,27 @@ def test_a_follower_is_the_publication_that_names_only_the_one_before_it() -> No
     assert decode_packets(raw, SMALL) == [want]
     assert _decode_direct(raw, SMALL) == Body([want])
     assert encode_packets([want]) == raw
+    direct = _decode_direct(raw, SMALL)
+    assert direct is not None
+    for packets in (decode_packets(raw, SMALL), direct.packets):
+        assert type(packets[0].messages) is Chain  # type: ignore[union-attr]
+    _ENCODED.clear()
+    assert encode_packets([hot_replace(want, messages=chain_of(want.messages))]) == raw
+
+
+@pytest.mark.parametrize("seqs", [[9, 12, 10], [9, 9], [9, 8, 12]])
+def test_followers_out_of_order_are_no_chain(seqs: list[int]) -> None:
+    """A follower's sequence number at or below the one before it reads as the
+    publication it stands for, but the round is no ``Chain`` (the core then
+    checks its order publication by publication, and refuses it)."""
+    raw = body(pub_raw(messages=[msg_raw(id=[3, 1, seqs[0]]), *[[s, b"cd"] for s in seqs[1:]]]))
+    direct = _decode_direct(raw, SMALL)
+    assert direct is not None
+    for packets in (decode_packets(raw, SMALL), direct.packets):
+        (packet,) = packets
+        assert isinstance(packet, PubRound)
+        assert [m.id.seq for m in packet.messages] == seqs
+        assert type(packet.messages) is tuple
 
 
 @pytest.mark.parametrize("seq", [23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32])
@@ -799,6 +833,8 @@ def only_wire_errors(data: bytes, limits: WireLimits = FUZZ_LIMITS) -> int:
             checked = None
         # the direct decoder accepts only what the checked one accepts, as the same packets
         assert direct is None or checked == direct
+        if direct is not None:
+            assert_chains_marked(direct.packets)
         try:
             decoded = decode_body(candidate, limits)
         except WireError:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from vcube._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from topics._chain import Chain as Chain
+    from topics._chain import chain_of as chain_of
     from topics._config import PubSubConfig as PubSubConfig
     from topics._core import VCubePS as VCubePS
     from topics._errors import AlreadySubscribedError as AlreadySubscribedError
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from topics._state import preset_view as preset_view
 
 _LAZY = {
+    "topics._chain": ("Chain", "chain_of"),
     "topics._config": ("PubSubConfig",),
     "topics._core": ("VCubePS",),
     "topics._errors": (

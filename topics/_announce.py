@@ -17,6 +17,7 @@ from itertools import pairwise
 
 from causal import MsgId
 from topics._aggregation import _Aggregation
+from topics._chain import Chain
 from topics._events import Output, Send
 from topics._messages import Ack, Bound, PubMessage, RoundId, ViewEntry
 from topics._state import (
@@ -69,7 +70,9 @@ class _Announcing(_Aggregation):
         if marks is not None and ANY_OP in marks:
             return  # everything from there on is marked already
         last = state.last_rx.get(key, -1)
-        for msg in fresh:
+        # Of a chain, each after the first names only the one before it, which
+        # the loop leaves as ``last``: all of them take its first branch.
+        for msg in fresh[:1] if type(fresh) is Chain else fresh:
             deps = msg.deps
             if (
                 not msg.op_deps

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from causal import MsgId
 from topics._announce import _Announcing
+from topics._chain import chain_of
 from topics._errors import RemoteProtocolError
 from topics._events import Output, RoundAcked, Send
 from topics._messages import Ack, Packet, PubMessage, PubRound, RoundId, Sub, Uns, ViewEntry
@@ -354,7 +355,8 @@ class _Rounds(_Announcing):
         return out
 
     def _take_batch(self, state: _Topic, head: PubMessage) -> tuple[PubMessage, ...]:
-        """``head`` and the publications queued right behind it, within the round limits."""
+        """``head`` and the publications queued right behind it, within the round limits
+        (a :class:`~topics.Chain` if they are one: receivers check it once)."""
         batch = [head]
         size = len(head.payload)
         cfg, queue, append = self.config, state.queue, batch.append
@@ -367,7 +369,7 @@ class _Rounds(_Announcing):
             size += len(nxt.payload)
             queue.popleft()
             room -= 1
-        return tuple(batch)
+        return chain_of(batch)
 
     def _round_done(self, rid: RoundId, pending: _Pending) -> list[Output]:
         state = self._topics[pending.topic]

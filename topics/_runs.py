@@ -25,6 +25,7 @@ releases nothing (no waiter on the stream), and it names no op to learn.
 
 from __future__ import annotations
 
+from topics._chain import Chain
 from topics._delivery import _Delivery
 from topics._events import Delivered, DeliveredRun, Output
 from topics._messages import PubMessage
@@ -34,6 +35,8 @@ from topics._state import _stream_key, _Topic
 def _chain_end(fresh: tuple[PubMessage, ...], start: int) -> int:
     """The end of the chain from ``fresh[start]``: each publication names only
     the one before it (its barrier and its ``prev``), and no op."""
+    if type(fresh) is Chain:  # checked when it was built
+        return len(fresh)
     before = fresh[start - 1].id
     end, n = start, len(fresh)
     while end < n:  # PubMessage.chains_on, inlined (3-5 % of a subscriber's CPU)

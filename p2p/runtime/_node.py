@@ -474,7 +474,7 @@ async def _open_node(
                     )
                     await discovering.enter_async_context(discovery)
                     nursery.start_soon(node._discover, discovery)
-                _settle_heap()
+                _settle_heap(cfg.gc_young)
                 yield node
                 node._announce_leave()
                 await node._leave_unmet_seeds()
@@ -496,16 +496,22 @@ def _names_self(seed: str, interface: str, port: int) -> bool:
     return seed_port == port and (host == interface or (anywhere and is_loopback(host)))
 
 
-def _settle_heap() -> None:
+def _settle_heap(young: int | None) -> None:
     """Once a node is up: collect the garbage start-up left, give the freed memory back
-    to the OS (glibc's ``malloc_trim``; elsewhere nothing), and move every object
+    to the OS (glibc's ``malloc_trim``; elsewhere nothing), move every object
     alive now (the imported modules, the node) out of the cyclic collector's way
     with ``gc.freeze``, so that its full collections no longer walk the tens of
-    thousands of objects of the imports (13 ms each on an idle core).
+    thousands of objects of the imports (13 ms each on an idle core), and raise
+    the young generation's threshold to ``young`` (``NodeConfig.gc_young``).
 
     Process-wide and harmless: frozen objects are still freed by reference
-    counting; only a reference cycle among them would never be collected.
+    counting; only a reference cycle among them would never be collected; the
+    threshold is only ever raised, so a setting of the application's that is
+    higher stays.
     """
+    threshold = gc.get_threshold()
+    if young is not None and threshold[0] < young:
+        gc.set_threshold(young, *threshold[1:])
     gc.collect()
     if sys.platform == "linux":
         import ctypes  # already loaded by trio

@@ -27,7 +27,20 @@ from p2p.wire._limits import (
     WireError,
     WireLimits,
 )
-from topics import Ack, Bound, Fence, Packet, PubMessage, PubRound, RoundId, Sub, Uns, ViewEntry
+from topics import (
+    Ack,
+    Bound,
+    Chain,
+    Fence,
+    Packet,
+    PubMessage,
+    PubRound,
+    RoundId,
+    Sub,
+    Uns,
+    ViewEntry,
+    chain_of,
+)
 from vcube._hot import hot
 
 # ------------------------------------------------------------------ decoding
@@ -155,7 +168,9 @@ def _messages_at(
 ) -> tuple[tuple[PubMessage, ...], int, int]:
     """A PUB's messages array at ``b[p]``: the messages, the position after them and
     their CBOR item count, at most ``budget`` (checked as it goes, so that no more
-    objects are built than ``max_items`` allows)."""
+    objects are built than ``max_items`` allows).  The messages are a
+    :class:`~topics.Chain` when all but the first are followers in increasing
+    order (as :func:`~topics.chain_of` would find)."""
     n, p = _arg(b, p, 0x80)
     if n > lim.max_round_messages:
         raise _GiveUpError
@@ -167,15 +182,30 @@ def _messages_at(
     id_at = _id_at
     before: MsgId | None = None
     chained = before  # the id a follower names (set only with head 0x82)
+    chain = n > 1  # so far, all but the first are followers in increasing order
     for _ in range(n):
         head = b[p]
         if head == 0x82:  # a chain's follower: [seq, payload]
             if before is None:
                 raise _GiveUpError
             chained = before
-            seq, p = _seq_at(b, p + 1)
+            h = b[p + 1]  # _seq_at, inlined: once per publication
+            if h < 24:
+                seq = h
+                p += 2
+            elif h == 0x1A:
+                (seq,) = _U32(b, p + 2)
+                if seq < 0x10000:
+                    raise _GiveUpError
+                p += 6
+            else:
+                seq, p = _seq_at(b, p + 1)
+            if seq <= before[2]:
+                chain = False
             mid = _new_tuple(MsgId, (before[0], before[1], seq))
         elif head == 0x85 or head == 0x86:
+            if before is not None:
+                chain = False
             mid, p = id_at(b, p + 1, last)
         else:
             raise _GiveUpError
@@ -244,7 +274,7 @@ def _messages_at(
         before = mid
     if n > 1 and total > lim.max_round_bytes:
         raise _GiveUpError
-    return tuple(messages), p, items
+    return (Chain(messages) if chain else tuple(messages)), p, items
 
 
 def _round_at(b: bytes, p: int) -> tuple[RoundId, int]:
@@ -426,7 +456,7 @@ def _d_messages(v: object, what: str, lim: WireLimits) -> tuple[PubMessage, ...]
         if before is not None and msg.chains_on(before):
             raise WireError(f"{what}: {msg.id!r} follows the message before it in long form")
         out.append(msg)
-    return tuple(out)
+    return chain_of(out)
 
 
 def _payload(v: object, lim: WireLimits) -> bytes:

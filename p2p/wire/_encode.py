@@ -23,6 +23,7 @@ from topics import (
     Ack,
     Bound,
     Bundle,
+    Chain,
     Fence,
     Packet,
     PubMessage,
@@ -96,17 +97,20 @@ def _e_messages(messages: Sequence[PubMessage]) -> bytes:
         append(_e_seq(seq))
 
     before: MsgId | None = None
+    chain = type(messages) is Chain  # all but the first are followers: no test each
     for m in messages:
         joins = m.op_joins
         mid, payload, deps = m.id, m.payload, m.deps
-        short = (  # PubMessage.chains_on, inlined: once per publication
-            before is not None
-            and not m.op_deps
-            and m.prev == before[2]
-            and len(deps) == 1
-            and deps[0] == before
-            and mid[0] == before[0]
-            and mid[1] == before[1]
+        short = before is not None and (
+            chain
+            or (  # PubMessage.chains_on, inlined: once per publication
+                not m.op_deps
+                and m.prev == before[2]
+                and len(deps) == 1
+                and deps[0] == before
+                and mid[0] == before[0]
+                and mid[1] == before[1]
+            )
         )
         if short:  # a chain's follower: [seq, payload]
             append(b"\x82")
