@@ -24,7 +24,10 @@ node (``bench._runtime_workers``), 64-byte payloads, TCP on 127.0.0.1:
                subscriber over the steady state, with every message delivered.
 ``sustained``  fan-out 1 -> 4 paced at 80 % of that rate: checks it is
                sustainable open-loop (no loss, p99 of the two halves of the
-               window close, i.e. no growing backlog).
+               window close, i.e. no growing backlog).  For ``ours`` one more
+               flat-out fan-out (``traced_s`` long) writes every node's trace,
+               checked as ``hot``'s is; its rates are not reported (the
+               trace costs CPU).
 ``hot``        5 nodes each publishing 500 msg/s on one topic and subscribed
                to it: delivered rate per node, latency, per-source FIFO and,
                for ``ours``, the run's trace checked for causal order,
@@ -105,6 +108,8 @@ class Settings:
     sustained_fraction: float = 0.8
     """Of the measured throughput, for the paced check (0: no check)."""
     sustained_s: float = 8.0
+    traced_s: float = 4.0
+    """Seconds of the traced flat-out fan-out (``ours``; 0: none)."""
     hot_rate: float = 500.0
     hot_s: float = 10.0
     warmup_s: float = 2.0
@@ -129,6 +134,7 @@ class Settings:
             throughput_s=1.5,
             throughput_repeat=1,
             sustained_fraction=0.0,
+            traced_s=0.0,
             hot_s=1.5,
             warmup_s=0.5,
             drain_s=0.3,
@@ -372,6 +378,19 @@ class Bench:
             time.sleep(self.s.settle_s)
             _, results = self.go(g, specs[0])
         return fanout_summary(specs[0], results)
+
+    def traced(self) -> dict[str, Any]:
+        """Our fan-out flat out with every node's trace written, then checked for
+        causal order, FIFO and exactly-once (as ``hot``'s)."""
+        specs = self.specs("ours", [0], 0.0, self.s.traced_s, self.s.warmup_s)
+        specs = [replace(x, trace=str(self.workdir / f"fanout-{x.index}.trace")) for x in specs]
+        with self.group("ours-traced", specs) as g:
+            ups = self.start(g)
+            time.sleep(self.s.settle_s)
+            _, results = self.go(g, specs[0])
+        out = fanout_summary(specs[0], results)
+        out["trace_check"] = check_traces(specs, [u["id"] for u in ups])
+        return out
 
     def sustained(self, system: str, rate: float) -> dict[str, Any]:
         """Fan-out paced at ``rate``: no loss and no growing latency expected."""
@@ -953,6 +972,8 @@ def run_all(bench: Bench, systems: Sequence[str], only: set[str]) -> dict[str, A
             out[system]["sustained"] = step(
                 "sustained", system, partial(bench.sustained, system, rate)
             )
+        if "ours" in systems and s.traced_s:
+            out["ours"]["traced"] = step("traced", "ours", bench.traced)
     for system in systems:
         if "hot" in only:
             out[system]["hot"] = step("hot", system, partial(bench.hot, system))
@@ -1114,6 +1135,13 @@ def _brief(name: str, res: Any) -> str:
             f"{res['latency_ms']['p50']:.2f} p99 {res['latency_ms']['p99']:.2f} ms, "
             f"undelivered {res['undelivered']}{tail}"
         )
+    if name == "traced":
+        check = res["trace_check"]
+        return (
+            f"{check['deliveries']} deliveries traced, {check['safety_violations']} safety "
+            f"and {check['liveness_violations']} liveness violations, "
+            f"undelivered {res['undelivered']}"
+        )
     if name in ("throughput", "sustained"):
         return (
             f"{res['delivered_rate_min']:.0f} msg/s delivered (published "
@@ -1211,6 +1239,11 @@ ROWS: list[Row] = [
     ("  not delivered by the end (lost or late)", lambda r: r["sustained"]["undelivered"]),
     ("  still queued in the publisher's core at the end",
      lambda r: r["sustained"]["stats"]["core_queued_at_end"]),
+    ("traced fan-out, flat out: deliveries traced and checked",
+     lambda r: r["traced"]["trace_check"]["deliveries"]),
+    ("  causal/FIFO/exactly-once violations; not delivered by the end",
+     lambda r: "{} / {}".format(r["traced"]["trace_check"]["safety_violations"],
+                                r["traced"]["undelivered"])),
     ("fan-out @1,000 msg/s: achieved msg/s", lambda r: r["latency"]["published_rate"]),
     ("  latency p50, ms", lambda r: r["latency"]["latency_ms"]["p50"]),
     ("  latency p99, ms (median run)", lambda r: r["latency"]["latency_ms"]["p99"]),
