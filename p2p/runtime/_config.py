@@ -101,9 +101,9 @@ class NodeConfig:
     first value) the node raises the process's to when it starts, if lower
     (``None``: left as it is).  A node makes several objects per publication
     it handles, freed by reference counting, while a round's are alive
-    together: at Python's 700 a subscriber at full load runs a young
-    collection every few hundred publications, each walking the round in
-    hand (about a twentieth of its CPU).  Process-wide, as the collector is:
+    together: at Python's 700 a node at full load runs a young collection
+    every few hundred publications, each walking the round in hand (a sixth
+    of its CPU in the fan-out benchmark).  Process-wide, as the collector is:
     cyclic garbage waits longer to be collected, never more than this many
     objects' worth."""
     detector: bool = True
