@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from topics._messages import PubMessage
+from topics._messages import PubMessage, chain_end
 
 
 class Chain(tuple[PubMessage, ...]):
@@ -33,20 +33,6 @@ class Chain(tuple[PubMessage, ...]):
 
 def chain_of(messages: Sequence[PubMessage]) -> tuple[PubMessage, ...]:
     """``messages`` as a :class:`Chain` if they are one, else as a plain tuple."""
-    if len(messages) < 2:
+    if len(messages) < 2 or chain_end(messages, 1) < len(messages):
         return tuple(messages)
-    before = messages[0].id
-    for m in messages[1:]:
-        mid, deps = m.id, m.deps
-        if (  # PubMessage.chains_on, inlined, and the order
-            m.op_deps
-            or m.prev != before[2]
-            or len(deps) != 1
-            or deps[0] != before
-            or mid[0] != before[0]
-            or mid[1] != before[1]
-            or mid[2] <= before[2]
-        ):
-            return tuple(messages)
-        before = mid
     return Chain(messages)

@@ -6,7 +6,7 @@ the round's source, acknowledged by an ACK wave that climbs the same tree.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -122,6 +122,31 @@ class PubMessage:
         joins = self.op_joins
         for i, o in enumerate(self.op_deps):
             yield ViewEntry(o.source, o.incarnation, o.seq, bool(joins >> i & 1))
+
+
+def chain_end(messages: Sequence[PubMessage], start: int) -> int:
+    """The end of the chain from ``messages[start]`` (``start >= 1``): the first
+    index from ``start`` on whose publication does not follow the one before it
+    (:meth:`PubMessage.chains_on`, and a higher sequence number), else
+    ``len(messages)``."""
+    before = messages[start - 1].id
+    end, n = start, len(messages)
+    while end < n:  # chains_on, inlined (3-5 % of a subscriber's CPU as a call)
+        m = messages[end]
+        deps, mid = m.deps, m.id
+        if (
+            m.op_deps
+            or m.prev != before[2]
+            or len(deps) != 1
+            or deps[0] != before
+            or mid[0] != before[0]
+            or mid[1] != before[1]
+            or mid[2] <= before[2]
+        ):
+            break
+        before = mid
+        end += 1
+    return end
 
 
 @hot
