@@ -189,17 +189,7 @@ def _messages_at(
             if before is None:
                 raise _GiveUpError
             chained = before
-            h = b[p + 1]  # _seq_at, inlined: once per publication
-            if h < 24:
-                seq = h
-                p += 2
-            elif h == 0x1A:
-                (seq,) = _U32(b, p + 2)
-                if seq < 0x10000:
-                    raise _GiveUpError
-                p += 6
-            else:
-                seq, p = _seq_at(b, p + 1)
+            seq, p = _seq_at(b, p + 1)
             if seq <= before[2]:
                 chain = False
             mid = _new_tuple(MsgId, (before[0], before[1], seq))
