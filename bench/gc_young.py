@@ -9,8 +9,8 @@ Five real nodes (static seeds on 127.0.0.1, a throw-away PSK fleet) in one
 trio loop: node 0 publishes flat out, keeping at most 4 rounds queued in its
 core as the runtime benchmark's publisher does, and the 4 others subscribe
 and read batches.  Each *pair* runs once with the interpreter's threshold
-(700, ``NodeConfig(gc_young=None)``, the default) and once with
-``NodeConfig(gc_young=10_000)``, the order alternating; before each run the
+(700, ``NodeConfig(gc_young=None)``) and once with
+``NodeConfig(gc_young=10_000)`` (the default), the order alternating; before each run the
 threshold goes back to 700.  Per run: CPU seconds of the whole process per
 publication (all five nodes), the young collections the collector ran
 (``gc.callbacks``) and the time in them.  One process holds every node, so

