@@ -16,9 +16,17 @@ import pytest
 import trio
 from test_node_failures import Cluster, _collect, _fleet, _start, _until
 
-from p2p._reliable import Hello, ReceiveLog, SendLog, decode_ack, encode_ack
+from p2p._reliable import (
+    CARRIED_HEAD,
+    CarriedAck,
+    Hello,
+    ReceiveLog,
+    SendLog,
+    decode_ack,
+    encode_ack,
+)
 from p2p.runtime import Delivery
-from p2p.wire import WireError, encode_packets
+from p2p.wire import WireError, WireLimits, decode_frame, encode_packets
 
 
 def test_send_log_keeps_frames_until_confirmed() -> None:
@@ -73,6 +81,50 @@ def test_hello_and_ack_records() -> None:
     assert decode_ack(encode_ack(12345)) == 12345
     with pytest.raises(WireError, match="8"):
         decode_ack(b"\x00")
+
+
+def test_carried_ack_records() -> None:
+    assert CarriedAck.parse(CarriedAck(3, 9).encode()) == CarriedAck(3, 9)
+    assert CarriedAck(3, 9).encode().startswith(CARRIED_HEAD)
+    with pytest.raises(WireError):  # never a frame body: a body starts with its version
+        decode_frame(CarriedAck(3, 9).encode(), WireLimits())
+    for bad in (CARRIED_HEAD + b"\x00", CARRIED_HEAD + b"\x00\x01", CARRIED_HEAD + b"\x01\x00"):
+        with pytest.raises(WireError, match="carried ack"):
+            CarriedAck.parse(bad)
+
+
+def test_acks_ride_on_the_frames_that_go_back(tmp_path: Path) -> None:
+    """At a low rate every frame a subscriber gets is acknowledged at once; where
+    its round ACK goes back in the same step, the link ack rides in front of it
+    (``acks_carried``), and every link still ends with nothing unconfirmed.  A
+    carried ack of an earlier link is ignored; one of a frame never sent is an
+    error (the reader closes the connection)."""
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            c = Cluster(nursery, _fleet(tmp_path, 3))
+            nodes = await _start(c, 3)
+            got: dict[int, list[Delivery]] = {n.id: [] for n in nodes}
+            for n in nodes:
+                nursery.start_soon(_collect, await n.subscribe("t"), got[n.id])
+            pub = nodes[0]
+            for i in range(50):
+                await pub.publish("t", b"%d" % i)
+                await trio.sleep(0.005)
+            await _until(lambda: all(len(g) >= 50 for g in got.values()), 20, "deliveries")
+            await _until(
+                lambda: all(not link.log for n in nodes for link in n._links.values()),
+                10,
+                "every frame confirmed",
+            )
+            assert all(n.stats["acks_carried"] > 0 for n in nodes[1:]), [n.stats for n in nodes]
+            link = pub._links[nodes[1].id]
+            link.peer_acked(CarriedAck(link.log.link ^ 2, 1))  # another link: ignored
+            with pytest.raises(WireError, match="never sent"):
+                link.peer_acked(CarriedAck(link.log.link, link.log.next_lseq))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
 
 
 COUNT = 2000

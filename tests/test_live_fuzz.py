@@ -76,6 +76,7 @@ from p2p._identity import (
     load_node,
 )
 from p2p._membership import Peer
+from p2p._reliable import CARRIED_HEAD, CarriedAck
 from p2p._secure import MAX_HANDSHAKE_SIZE, SecureSession, sign_record, verify_record
 from p2p._transport import _RESPONDER_READS
 from p2p.runtime import Delivery, Node, NodeConfig, open_node
@@ -408,6 +409,12 @@ class Shadow:
         """``(outcome, reason, packets applied)``; outcome is ``accept``, ``skip``
         (not to be sent: the honest topic, or a SUB round id again) or the stage
         that refuses the body (``wire``, ``core``, ``record``)."""
+        if body.startswith(CARRIED_HEAD):  # read as an ack of the target's link to the insider
+            try:
+                CarriedAck.parse(body)
+            except WireError as exc:
+                return "wire", str(exc), []
+            return "accept", None, []  # of a link the target never had (ids are random)
         try:
             packets, exchange = decode_frame(body, self.limits)
         except WireError as exc:

@@ -25,7 +25,7 @@ import trio
 
 from p2p._errors import SecurityError
 from p2p._membership import Peer
-from p2p._reliable import SendLog, decode_ack
+from p2p._reliable import CarriedAck, SendLog, decode_ack
 from p2p._secure import SecureSession
 from p2p._transport import Quiet
 from p2p.runtime._config import NodeConfig
@@ -106,6 +106,30 @@ class _Link:
         self.unsent = b""
         """The tail of a frame :meth:`write_now` could not write at once: the
         writer sends it before anything else on that connection."""
+        self.carry = b""
+        """A carried ack (``p2p._reliable``) to write ahead of the next frame
+        made, set by :meth:`carry_ack`."""
+
+    def carry_ack(self, ack: CarriedAck) -> bool:
+        """Write ``ack`` (of the peer's link to this node) ahead of the frame
+        :meth:`write_now` writes at the end of this step, if it writes one:
+        something was queued this step on an idle connection with nothing half
+        written.  ``False``: it will not, the caller sends the ack itself."""
+        if self.idle is None or self.unsent or self not in self.node._eager:
+            return False
+        self.carry = ack.encode()
+        return True
+
+    def peer_acked(self, ack: CarriedAck) -> None:
+        """The peer handled this link's frames up to ``ack.lseq`` (an ack it
+        carried on its own link): forget them, as an ack on this link's
+        connection would.  An ack of an earlier link of this node's is stale;
+        :class:`WireError` if it confirms a frame never sent."""
+        if ack.link != self.log.link:
+            return
+        self.log.acked(ack.lseq)
+        if self.connection is not None:
+            self.confirmed = True
 
     def put_control(self, item: Control) -> None:
         """Queue a control packet; a full outbox drops it (counted), like a packet."""
@@ -374,6 +398,9 @@ class _Link:
             log.error(
                 "%016x confirms nothing: %d unconfirmed packets forgotten", self.peer_id, lost
             )
+        carry, self.carry = self.carry, b""
+        if carry:  # sealed first: the peer opens records in the order they were sealed
+            return frame(session.seal(carry)) + frame(session.seal(body)), count
         return frame(session.seal(body)), count
 
     def _count_frame(self, size: int, count: int) -> None:

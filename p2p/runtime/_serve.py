@@ -22,7 +22,7 @@ import socket
 import trio
 
 from p2p._errors import SecurityError
-from p2p._reliable import ACK_EVERY, Hello, encode_ack
+from p2p._reliable import ACK_EVERY, CARRIED_HEAD, CarriedAck, Hello, encode_ack
 from p2p._secure import SecureSession
 from p2p._transport import (
     Messages,
@@ -32,7 +32,7 @@ from p2p._transport import (
 )
 from p2p.machine import Refused
 from p2p.runtime._driver import _Driver
-from p2p.runtime._link import _why
+from p2p.runtime._link import _Link, _why
 from p2p.runtime._state import _Pending
 from p2p.wire import (
     Body,
@@ -258,6 +258,9 @@ class _Server(_Driver):
                 plain = session.open(record)
             else:
                 return
+            if plain.startswith(CARRIED_HEAD):  # an ack of this node's link to the peer
+                self._carried(peer, plain)
+                continue
             if link:
                 lseq += 1
                 if not machine.frame_fresh(peer, link, lseq):
@@ -271,10 +274,16 @@ class _Server(_Driver):
             stats["packets_received"] += len(body.packets)
             now = trio.current_time()  # every packet of a frame arrived together
             notes = self._notes_before(body)
+            ack = link and (not messages.ready or lseq % ACK_EVERY == 0)
+            back: _Link | None = None
             self._stepping = True  # one write per link for all the frame sends
             try:
                 out = machine.receive(peer, body, now)
                 self._handle(out, now)
+                if ack and not messages.ready and not (out and type(out[-1]) is Refused):
+                    back = self._links.get(peer)  # the ack rides on what goes back now
+                    if back is not None and not back.carry_ack(CarriedAck(link, lseq)):
+                        back = None
             finally:
                 self._stepping = False
                 if self._eager and not messages.ready:  # else after the last frame read
@@ -284,8 +293,20 @@ class _Server(_Driver):
                 self._notes_after(peer, body, notes)
             if out and type(out[-1]) is Refused:
                 raise RemoteProtocolError(out[-1].reason)
-            if link and (not messages.ready or lseq % ACK_EVERY == 0):
+            if back is not None and not back.carry:
+                stats["acks_carried"] += 1
+            elif ack:
+                if back is not None:
+                    back.carry = b""  # no frame took it: sent here instead
                 await messages.stream.send_all(frame(session.seal(encode_ack(lseq))))
+
+    def _carried(self, peer: int, plain: bytes) -> None:
+        """A carried ack from ``peer`` (``p2p._reliable``): its confirmation of this
+        node's link to it.  :class:`WireError` if malformed or for a frame never sent."""
+        out = self._links.get(peer)
+        ack = CarriedAck.parse(plain)
+        if out is not None:
+            out.peer_acked(ack)
 
     def _notes_before(self, body: Body) -> tuple[int, int, int] | None:
         """What the machine counted before a frame with records or control messages

@@ -199,6 +199,7 @@ class _NodeState:
                 "frames_resent",
                 "packets_resent",
                 "frames_duplicate",
+                "acks_carried",
                 "refused_connections",
             ),
             0,
