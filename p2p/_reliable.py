@@ -75,13 +75,7 @@ class Hello:
         body); :class:`WireError` if it starts like a hello but is malformed."""
         if not plaintext.startswith(_HELLO_HEAD):
             return None
-        try:
-            tag, link, first = cbor2.loads(plaintext)
-        except (cbor2.CBORDecodeError, ValueError, TypeError) as exc:
-            raise WireError(f"malformed link hello: {exc}") from None
-        if tag != "link" or not all(type(v) is int and 0 < v < _LIMIT for v in (link, first)):
-            raise WireError("malformed link hello")
-        return Hello(link, first)
+        return Hello(*_tagged_pair(plaintext, "link", "link hello"))
 
 
 @hot
@@ -99,13 +93,19 @@ class CarriedAck:
     def parse(plaintext: bytes) -> CarriedAck:
         """The carried ack ``plaintext`` holds (it starts with :data:`CARRIED_HEAD`);
         :class:`WireError` if it is malformed."""
-        try:
-            tag, link, lseq = cbor2.loads(plaintext)
-        except (cbor2.CBORDecodeError, ValueError, TypeError) as exc:
-            raise WireError(f"malformed carried ack: {exc}") from None
-        if tag != "ack" or not all(type(v) is int and 0 < v < _LIMIT for v in (link, lseq)):
-            raise WireError("malformed carried ack")
-        return CarriedAck(link, lseq)
+        return CarriedAck(*_tagged_pair(plaintext, "ack", "carried ack"))
+
+
+def _tagged_pair(plaintext: bytes, tag: str, what: str) -> tuple[int, int]:
+    """The two numbers of the CBOR record ``[tag, a, b]`` (each in 1..2**64-1);
+    :class:`WireError`, naming ``what``, for anything else."""
+    try:
+        got, a, b = cbor2.loads(plaintext)
+    except (cbor2.CBORDecodeError, ValueError, TypeError) as exc:
+        raise WireError(f"malformed {what}: {exc}") from None
+    if got != tag or not all(type(v) is int and 0 < v < _LIMIT for v in (a, b)):
+        raise WireError(f"malformed {what}")
+    return a, b
 
 
 def encode_ack(lseq: int) -> bytes:

@@ -25,7 +25,7 @@ from p2p._reliable import (
     decode_ack,
     encode_ack,
 )
-from p2p.runtime import Delivery
+from p2p.runtime import Delivery, Node
 from p2p.wire import WireError, WireLimits, decode_frame, encode_packets
 
 
@@ -93,6 +93,18 @@ def test_carried_ack_records() -> None:
             CarriedAck.parse(bad)
 
 
+async def _subscribed(
+    nursery: trio.Nursery, tmp_path: Path, **config: object
+) -> tuple[list[Node], dict[int, list[Delivery]]]:
+    """Three nodes on loopback (``config`` for each), all subscribed to ``t``, and
+    the list each one's deliveries are collected into."""
+    nodes = await _start(Cluster(nursery, _fleet(tmp_path, 3)), 3, **config)
+    got: dict[int, list[Delivery]] = {n.id: [] for n in nodes}
+    for n in nodes:
+        nursery.start_soon(_collect, await n.subscribe("t"), got[n.id])
+    return nodes, got
+
+
 def test_acks_ride_on_the_frames_that_go_back(tmp_path: Path) -> None:
     """At a low rate every frame a subscriber gets is acknowledged at once; where
     its round ACK goes back in the same step, the link ack rides in front of it
@@ -102,11 +114,7 @@ def test_acks_ride_on_the_frames_that_go_back(tmp_path: Path) -> None:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            c = Cluster(nursery, _fleet(tmp_path, 3))
-            nodes = await _start(c, 3)
-            got: dict[int, list[Delivery]] = {n.id: [] for n in nodes}
-            for n in nodes:
-                nursery.start_soon(_collect, await n.subscribe("t"), got[n.id])
+            nodes, got = await _subscribed(nursery, tmp_path)
             pub = nodes[0]
             for i in range(50):
                 await pub.publish("t", b"%d" % i)
@@ -152,12 +160,7 @@ async def _reset_connections(ports: list[int], seconds: float, period: float) ->
 def test_connections_reset_every_200ms_lose_nothing(tmp_path: Path) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            c = Cluster(nursery, _fleet(tmp_path, 3))
-            nodes = await _start(c, 3, detector_interval=1.0)
-            got: dict[int, list[Delivery]] = {n.id: [] for n in nodes}
-            for n in nodes:
-                sub = await n.subscribe("t")
-                nursery.start_soon(_collect, sub, got[n.id])
+            nodes, got = await _subscribed(nursery, tmp_path, detector_interval=1.0)
             pub = nodes[0]
             resets: list[int] = []
 
@@ -220,11 +223,7 @@ def test_frames_written_eagerly_in_short_writes_arrive_whole_and_in_order(
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            c = Cluster(nursery, _fleet(tmp_path, 3))
-            nodes = await _start(c, 3)
-            got: dict[int, list[Delivery]] = {n.id: [] for n in nodes}
-            for n in nodes:
-                nursery.start_soon(_collect, await n.subscribe("t"), got[n.id])
+            nodes, got = await _subscribed(nursery, tmp_path)
             for i in range(count):
                 for k, n in enumerate(nodes):
                     await n.publish("t", f"{k}/{i}/".encode() + b"x" * (i * 13 % 2000))
