@@ -16,6 +16,7 @@ Needs root and iproute2; fails (does not skip) without them: CI runs as root.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -452,13 +453,24 @@ def _start_processes_then_fail(net: Lan, out: Path, pids: list[int]) -> None:
 
 
 def _wait_for_pids(net: Lan, count: int) -> list[int]:
-    """The pids in ``net``'s host namespaces, once there are ``count`` of them."""
+    """The pids in ``net``'s host namespaces, once there are ``count`` of them, each
+    leading its own process group: the escaping one has run ``setsid`` by then
+    (taken before it, teardown's signal to the group it was leaving killed it,
+    and the test could not tell whether the namespace sweep works)."""
     deadline = time.monotonic() + 10
     while True:
         pids = [p for h in net.hosts for p in netns_pids(h.netns)]
-        if len(pids) >= count or time.monotonic() > deadline:
+        settled = len(pids) >= count and all(_leads_its_group(p) for p in pids)
+        if settled or time.monotonic() > deadline:
             return pids
         time.sleep(0.05)
+
+
+def _leads_its_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def test_trace_checks_report_broken_traces() -> None:
