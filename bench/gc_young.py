@@ -9,8 +9,8 @@ Five real nodes (static seeds on 127.0.0.1, a throw-away PSK fleet) in one
 trio loop: node 0 publishes flat out, keeping at most 4 rounds queued in its
 core as the runtime benchmark's publisher does, and the 4 others subscribe
 and read batches.  Each *pair* runs once with the interpreter's threshold
-(700, ``NodeConfig(gc_young=None)``) and once with
-``NodeConfig(gc_young=10_000)`` (the default), the order alternating; before each run the
+(700, ``NodeConfig(gc_young=None)``) and once with the node's default
+(``NodeConfig.gc_young``), the order alternating; before each run the
 threshold goes back to 700.  Per run: CPU seconds of the whole process per
 publication (all five nodes), the young collections the collector ran
 (``gc.callbacks``) and the time in them.  One process holds every node, so
@@ -39,8 +39,6 @@ from bench.runtime import free_ports
 NODES = 5
 PYTHON_YOUNG = 700
 """CPython's default young-generation threshold."""
-RAISED = 10_000
-"""The threshold measured against it (``NodeConfig(gc_young=RAISED)``)."""
 
 
 class _Collections:
@@ -145,6 +143,7 @@ def run(messages: int, young: int | None) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the pairs, print them and the medians, write the JSON; the exit status."""
+    from p2p.runtime import NodeConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pairs", type=int, default=4)
@@ -154,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pairs < 1 or args.messages < 1:
         print("--pairs and --messages must be at least 1", file=sys.stderr)
         return 2
-    default = RAISED
+    default = NodeConfig().gc_young
     sides = {"python": None, "node": default}
     pairs = []
     for k in range(args.pairs):
