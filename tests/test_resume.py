@@ -19,10 +19,13 @@ from hypothesis import strategies as st
 from causal import MsgId
 from p2p.machine import (
     ANSWER_BURST,
+    DEP_COST,
     HELD,
+    Deps,
     Frontier,
     History,
     HistoryLimits,
+    Kept,
     Recovery,
     RecoveryConfig,
     Release,
@@ -122,6 +125,83 @@ def test_a_batch_is_kept_as_one_by_one(
         assert (len(many), many.size) == (len(one), one.size)
         for t in "ab":
             assert many.since(t, 0, -1, now) == one.since(t, 0, -1, now)
+
+
+class _HistoryModel:
+    """The history's rules, one publication at a time in a plain list: what
+    :class:`History` (held as runs) must match."""
+
+    def __init__(self, limits: HistoryLimits) -> None:
+        self.limits = limits
+        self.entries: list[tuple[str, Kept]] = []
+
+    def add_many(
+        self, topic: str, ids: list[MsgId], payloads: list[bytes], now: float, deps: Deps
+    ) -> None:
+        lim = self.limits
+        if lim.count == 0:
+            return
+        for mid, payload in zip(ids, payloads, strict=True):
+            cost = len(payload) + DEP_COST * len(deps)
+            if cost <= lim.size:
+                self.entries.append((topic, Kept(mid, payload, now, deps, cost)))
+        while len(self.entries) > lim.count or self.size > lim.size:
+            self.entries.pop(0)
+        while self.entries and now - self.entries[0][1].at > lim.age:
+            self.entries.pop(0)
+
+    @property
+    def size(self) -> int:
+        return sum(k.cost for _, k in self.entries)
+
+    def since(self, topic: str, cut: tuple[int, int]) -> list[Kept]:
+        after = []
+        for t, kept in reversed(self.entries):
+            if t != topic:
+                continue
+            if envelope_of(kept.payload) <= cut:
+                break
+            after.append(kept)
+        return after[::-1]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from("ab"),
+            st.lists(st.integers(0, 300), max_size=12),
+            st.floats(0, 5),
+            st.integers(0, 2),
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 20),
+    st.integers(0, 3000),
+    st.floats(1, 50),
+    st.integers(0, 40),
+)
+def test_the_history_keeps_what_one_entry_at_a_time_would(
+    batches: list[tuple[str, list[int], float, int]], count: int, size: int, age: float, cut: int
+) -> None:
+    """Runs evicted in part or whole, expired and answered leave the same
+    entries, bytes and answers as a plain list of single entries does."""
+    limits = HistoryLimits(count=count, size=size, age=age)
+    history, model = History(limits), _HistoryModel(limits)
+    frontier = Frontier(epoch=1)
+    now, seq = 0.0, 0
+    for topic, lengths, step, deps in batches:
+        now += step
+        ids = [MsgId(PUB, 1, seq + i) for i in range(len(lengths))]
+        seq += len(lengths)
+        payloads = frontier.enveloped(topic, [bytes(n) for n in lengths])
+        frontier.published(topic, len(lengths))
+        dep = tuple((7, 1, i) for i in range(deps))
+        history.add_many(topic, ids, payloads, now, dep)
+        model.add_many(topic, ids, payloads, now, dep)
+        assert (len(history), history.size) == (len(model.entries), model.size)
+        for t in "ab":
+            assert history.since(t, 1, cut, now) == model.since(t, (1, cut))
+            assert history.since(t, 0, 0, now) == model.since(t, (0, 0))
 
 
 def test_history_limits_refuse_nonsense() -> None:

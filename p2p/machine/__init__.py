@@ -9,8 +9,11 @@ from p2p.machine._frontier import GAP as GAP
 from p2p.machine._frontier import SKIP as SKIP
 from p2p.machine._frontier import Frontier as Frontier
 from p2p.machine._frontier import envelope_of as envelope_of
+from p2p.machine._history import DEP_COST as DEP_COST
+from p2p.machine._history import Deps as Deps
 from p2p.machine._history import History as History
 from p2p.machine._history import HistoryLimits as HistoryLimits
+from p2p.machine._history import Kept as Kept
 from p2p.machine._machine import DIGEST_REFRESH as DIGEST_REFRESH
 from p2p.machine._machine import DIGEST_RESYNC as DIGEST_RESYNC
 from p2p.machine._machine import NodeMachine as NodeMachine

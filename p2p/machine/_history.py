@@ -55,7 +55,7 @@ DEP_COST = 24
 class Kept(NamedTuple):
     """One kept publication: its id, its payload (envelope first), when it was
     made, what it causally follows, and what it counts against the byte
-    bound (a named tuple: one is made per publication)."""
+    bound (what :meth:`History.since` answers)."""
 
     id: MsgId
     payload: bytes
@@ -64,19 +64,50 @@ class Kept(NamedTuple):
     cost: int
 
 
+class _Run:
+    """Publications of one topic kept in one step, oldest first: they share
+    their time and dependencies, so they are held as one entry (a publisher
+    keeps a whole round without an object per publication)."""
+
+    __slots__ = ("at", "deps", "extra", "ids", "payloads", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        ids: tuple[MsgId, ...],
+        payloads: tuple[bytes, ...],
+        at: float,
+        deps: Deps,
+    ) -> None:
+        self.topic = topic
+        self.ids = ids
+        self.payloads = payloads
+        self.at = at
+        self.deps = deps
+        self.extra = DEP_COST * len(deps)
+        """What each publication counts beyond its payload."""
+
+    def cost(self, count: int) -> int:
+        """What the oldest ``count`` publications count against the byte bound."""
+        return sum(map(len, self.payloads[:count])) + self.extra * count
+
+
 class History:
-    """This node's recent publications (see the module docstring)."""
+    """This node's recent publications (see the module docstring), held as
+    runs (:class:`_Run`) in the order they were made."""
 
     def __init__(self, limits: HistoryLimits) -> None:
         self.limits = limits
-        self._topics: dict[str, deque[Kept]] = {}
-        self._order: deque[str] = deque()
-        """The topic of every entry held, oldest first (what to evict next)."""
+        self._topics: dict[str, deque[_Run]] = {}
+        self._order: deque[_Run] = deque()
+        """Every run held, oldest first (what to evict next)."""
+        self._count = 0
+        """Publications held, over all runs."""
         self.size = 0
         """Bytes held: payloads and dependencies (:attr:`Kept.cost`)."""
 
     def __len__(self) -> int:
-        return len(self._order)
+        return self._count
 
     def holds(self, topic: str) -> bool:
         """Whether anything published on ``topic`` is held."""
@@ -86,19 +117,7 @@ class History:
         """Keep ``payload``, published on ``topic`` as ``mid`` at ``now`` after
         ``deps``; evict the oldest entries until the bounds hold again (one
         larger than the byte bound is not kept)."""
-        limits = self.limits
-        cost = len(payload) + DEP_COST * len(deps)
-        if limits.count == 0 or cost > limits.size:
-            return
-        kept = self._topics.get(topic)
-        if kept is None:
-            kept = self._topics[topic] = deque()
-        kept.append(Kept(mid, payload, now, deps, cost))
-        self._order.append(topic)
-        self.size += cost
-        while len(self._order) > limits.count or self.size > limits.size:
-            self._evict()
-        self.expire(now)
+        self.add_many(topic, (mid,), (payload,), now, deps)
 
     def add_many(
         self,
@@ -108,61 +127,76 @@ class History:
         now: float,
         deps: Deps = (),
     ) -> None:
-        """:meth:`add` for each of ``payloads`` (published as ``ids``) in order,
-        evicting at the end (the same entries stay: eviction always takes the
-        oldest first)."""
-        limits = self.limits
-        if limits.count == 0:
+        """:meth:`add` for each of ``payloads`` (published as ``ids``) in order:
+        the same entries stay (eviction always takes the oldest first), held
+        as one run."""
+        if len(ids) != len(payloads):
+            raise ValueError(f"{len(ids)} ids for {len(payloads)} payloads")
+        if self.limits.count == 0:
             return
-        kept = self._topics.get(topic)
-        if kept is None:
-            kept = self._topics[topic] = deque()
-        extra, order, size, most = DEP_COST * len(deps), self._order, self.size, limits.size
-        new = tuple.__new__  # Kept(...), without the named tuple's Python-level __new__
-        for mid, payload in zip(ids, payloads, strict=True):
-            cost = len(payload) + extra
-            if cost > most:
-                continue
-            kept.append(new(Kept, (mid, payload, now, deps, cost)))
-            order.append(topic)
-            size += cost
-        if not kept:
-            del self._topics[topic]
-        topics, count = self._topics, limits.count
-        while len(order) > count or size > most:  # _evict, inlined: once per publication
-            oldest = order.popleft()
-            held = topics[oldest]
-            size -= held.popleft().cost
-            if not held:
-                del topics[oldest]
-        self.size = size
+        run = _Run(topic, tuple(ids), tuple(payloads), now, deps)
+        most = self.limits.size - run.extra
+        if max(map(len, run.payloads), default=0) > most:  # larger than the byte bound: not kept
+            kept = [(m, p) for m, p in zip(run.ids, run.payloads, strict=True) if len(p) <= most]
+            run.ids = tuple(m for m, _ in kept)
+            run.payloads = tuple(p for _, p in kept)
+        if run.ids:
+            runs = self._topics.get(topic)
+            if runs is None:
+                runs = self._topics[topic] = deque()
+            runs.append(run)
+            self._order.append(run)
+            self._count += len(run.ids)
+            self.size += run.cost(len(run.ids))
+            self._trim()
         self.expire(now)
 
+    def _trim(self) -> None:
+        """Evict the oldest publications until both bounds hold."""
+        count, most = self.limits.count, self.limits.size
+        while self._count > count or self.size > most:
+            run = self._order[0]
+            left = len(run.ids)
+            drop = min(left, max(self._count - count, 0))
+            size = self.size - run.cost(drop)
+            while drop < left and size > most:
+                size -= len(run.payloads[drop]) + run.extra
+                drop += 1
+            self._count -= drop
+            self.size = size
+            if drop == left:
+                self._evict()
+            else:  # sliced, so what is evicted is freed: the bytes held stay bounded
+                run.ids, run.payloads = run.ids[drop:], run.payloads[drop:]
+
     def _evict(self) -> None:
-        topic = self._order.popleft()
-        kept = self._topics[topic]
-        self.size -= kept.popleft().cost
-        if not kept:
-            del self._topics[topic]
+        """Drop the oldest run whole (its publications already uncounted)."""
+        run = self._order.popleft()
+        runs = self._topics[run.topic]
+        runs.popleft()
+        if not runs:
+            del self._topics[run.topic]
 
     def expire(self, now: float) -> None:
         """Forget what is older than ``age``."""
-        age = self.limits.age
-        order = self._order
-        while order and now - self._topics[order[0]][0].at > age:
+        age, order = self.limits.age, self._order
+        while order and now - order[0].at > age:
+            run = order[0]
+            self._count -= len(run.ids)
+            self.size -= run.cost(len(run.ids))
             self._evict()
 
     def since(self, topic: str, epoch: int, ordinal: int, now: float) -> list[Kept]:
         """What this node published on ``topic`` after ``(epoch, ordinal)`` and
         still holds, oldest first."""
         self.expire(now)
-        kept = self._topics.get(topic)
-        if not kept:
-            return []
-        after = []
-        for entry in reversed(kept):  # the newest first: a resume is usually recent
-            if envelope_of(entry.payload) <= (epoch, ordinal):
-                break
-            after.append(entry)
+        after: list[Kept] = []
+        runs: Sequence[_Run] = self._topics.get(topic, ())
+        for run in reversed(runs):  # the newest first: a resume is usually recent
+            for mid, payload in zip(reversed(run.ids), reversed(run.payloads), strict=True):
+                if envelope_of(payload) <= (epoch, ordinal):
+                    after.reverse()
+                    return after
+                after.append(Kept(mid, payload, run.at, run.deps, len(payload) + run.extra))
         after.reverse()
         return after
