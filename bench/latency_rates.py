@@ -1,0 +1,155 @@
+"""Where the fan-out's latency comes from: the paced 1 -> 4 fan-out of
+``bench.runtime`` at several rates, ours beside Zenoh's in the same run.
+
+Run from the checkout's root (needs the ``bench`` extra)::
+
+    python -m bench.latency_rates --out bench/results/latency_rates.json
+
+Per rate and system: latency p50/p99 (every subscriber's samples pooled),
+CPU per message at the publisher and at a subscriber, and the cores the five
+processes used together.  For ours, every node's trace is written and each
+subscriber's own latency (publish at the source to delivery there) is
+reported, fastest first: the fastest is a child of the publisher, one hop.
+
+At a rate far below what a round trip allows (100 msg/s against rounds that
+take a few milliseconds) no publication ever waits behind a round in flight,
+so the latency there is the path itself: its hops, each a decode, a step of
+the node machine, a forward and a delivery.  A ``cpu_probe`` of a fixed loop
+says how fast the host's CPU was during the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.runtime import (
+    Bench,
+    BenchError,
+    Settings,
+    fanout_summary,
+    percentile,
+    use_bytecode_cache,
+)
+
+
+def cpu_probe(repeat: int = 50) -> float:
+    """Microseconds of a fixed pure-Python loop, the median of ``repeat``: a
+    figure of this host's speed during the run (lower is faster)."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        total = 0
+        for i in range(2000):
+            total += i * i
+        times.append((time.perf_counter() - t) * 1e6)
+    return statistics.median(times)
+
+
+def hop_latency(workdir: Path, nodes: int) -> list[dict[str, float]]:
+    """Per subscriber, publish (at node 0) to delivery there in ms, fastest first."""
+    published: dict[int, float] = {}
+    with open(workdir / "n0.trace", encoding="utf-8") as fh:
+        for line in fh:
+            t, event, _, seq = line.split()
+            if event == "publish":
+                published[int(seq)] = float(t)
+    out = []
+    for i in range(1, nodes):
+        ms = []
+        with open(workdir / f"n{i}.trace", encoding="utf-8") as fh:
+            for line in fh:
+                t, event, _, seq = line.split()
+                if event == "deliver" and seq != "-" and int(seq) in published:
+                    ms.append((float(t) - published[int(seq)]) * 1000)
+        if ms:
+            ms.sort()
+            out.append({"p50": percentile(ms, 50), "p99": percentile(ms, 99), "n": len(ms)})
+    return sorted(out, key=lambda h: h["p50"])
+
+
+def one_rate(root: Path, system: str, rate: float, seconds: float) -> dict[str, Any]:
+    """The paced fan-out of ``system`` at ``rate`` for ``seconds`` (ours traced)."""
+    s = replace(Settings(), latency_rate=rate, latency_s=seconds)
+    workdir = root / f"{system}-{rate:g}-{time.monotonic_ns()}"
+    workdir.mkdir()
+    bench = Bench(s, workdir, verbose=False)
+    specs = bench.specs(system, [0], rate, s.latency_s, s.warmup_s)
+    if system == "ours":
+        specs = [replace(x, trace=str(workdir / f"n{x.index}.trace")) for x in specs]
+    with bench.group(f"{system}-rate", specs) as g:
+        bench.start(g)
+        time.sleep(s.settle_s)
+        _, results = bench.go(g, specs[0])
+    summary = fanout_summary(specs[0], results)
+    row: dict[str, Any] = {
+        "system": system,
+        "rate": rate,
+        "latency_ms": summary["latency_ms"],
+        "cpu_us_per_msg": summary["cpu_us_per_msg"],
+        "cores": round(sum(summary["cpu_run_s"]) / (s.latency_s + s.warmup_s), 2),
+        "undelivered": summary["undelivered"],
+    }
+    if system == "ours":
+        row["per_subscriber_ms"] = hop_latency(workdir, len(specs))
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every rate for every system, print one line each, write the JSON."""
+    p = argparse.ArgumentParser(prog="python -m bench.latency_rates", description=__doc__)
+    p.add_argument("--rates", default="100,250,500,1000", help="msg/s, comma-separated")
+    p.add_argument("--systems", default="ours,zenoh", help="comma-separated: ours, zenoh, zmq")
+    p.add_argument("--seconds", type=float, default=5.0, help="seconds of publishing per run")
+    p.add_argument("--out", type=Path, default=Path("bench/results/latency_rates.json"))
+    args = p.parse_args(argv)
+    try:
+        rates = [float(r) for r in args.rates.split(",")]
+    except ValueError:
+        print(f"--rates: not numbers: {args.rates!r}", file=sys.stderr)
+        return 2
+    if any(r <= 0 for r in rates) or args.seconds <= 0:
+        print("--rates and --seconds must be above 0", file=sys.stderr)
+        return 2
+    rows = []
+    probe_before = cpu_probe()
+    with tempfile.TemporaryDirectory(prefix="latency-rates-") as tmp:
+        use_bytecode_cache(Path(tmp) / "pycache")  # as bench.runtime: no compiling per worker
+        for rate in rates:
+            for system in args.systems.split(","):
+                try:
+                    row = one_rate(Path(tmp), system, rate, args.seconds)
+                except BenchError as exc:
+                    print(f"{system} at {rate:g} msg/s failed: {exc}", file=sys.stderr)
+                    return 1
+                lat, cpu = row["latency_ms"], row["cpu_us_per_msg"]
+                hops = " ".join(f"{h['p50']:.2f}" for h in row.get("per_subscriber_ms", []))
+                print(
+                    f"{system:<6} {rate:>6g} msg/s  p50 {lat['p50']:6.2f}  p99 {lat['p99']:6.2f} ms"
+                    f"  CPU/msg pub {cpu['publisher']:7.0f} sub {cpu['subscriber']:7.0f} us"
+                    f"  cores {row['cores']:.2f}"
+                    + (f"  per-subscriber p50 {hops}" if hops else ""),
+                    flush=True,
+                )
+                rows.append(row)
+    doc = {
+        "benchmark": "latency_rates",
+        "cpu_probe_us": {"before": probe_before, "after": cpu_probe()},
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
