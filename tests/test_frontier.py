@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -320,3 +321,50 @@ def test_a_subscriber_restarted_with_its_state_resumes_in_the_simulator(
         assert set(got) == set(made_seqs), "not every publication reached the subscriber"
     else:
         assert len(got) < made - 50  # the 5 s down: about 100 never came
+
+
+def test_the_frontier_is_written_after_the_deliveries_it_records(tmp_path: Path) -> None:
+    """Real nodes on loopback: when the subscriber hands a publication on (its
+    trace's ``deliver``), the frontier file does not hold it yet, and it does
+    once the step is over, so a process killed in between hands it on again
+    after its restart and never skips it (``tests/test_restart_gap.py``)."""
+    import trio
+    from test_node import _fleet as node_fleet
+    from test_node_failures import _until
+
+    from p2p.runtime import NodeConfig, open_node
+    from p2p.runtime._frontier_file import FRONTIER_FILE, FrontierStore
+
+    a_dir, b_dir = node_fleet(tmp_path, 2)
+    on_disk_at_delivery: list[int] = []
+
+    def stored() -> int:
+        """How many publications the subscriber's frontier file records (one
+        source: its last ordinal + 1)."""
+        frontiers = FrontierStore(b_dir / FRONTIER_FILE).load()
+        return sum(o + 1 for per in frontiers.values() for _, o in per.values())
+
+    def recorded(count: int) -> Callable[[], bool]:
+        return lambda: stored() == count
+
+    def trace(event: str, topic: str, source: int | None, seq: int | None, inc: int) -> None:
+        if event == "deliver":
+            on_disk_at_delivery.append(stored())
+
+    async def main() -> None:
+        quiet = NodeConfig(discovery=False, detector=False)
+        async with open_node(a_dir, quiet) as a:
+            cfg = NodeConfig(discovery=False, detector=False, seeds=(f"127.0.0.1:{a.port}",))
+            async with open_node(b_dir, cfg, trace=trace) as b:
+                await a.subscribe("t")
+                sub = await b.subscribe("t")
+                await _until(lambda: b.id in a.core.view("t"), 20, "a sees b")
+                for k in range(4):
+                    with trio.fail_after(10):
+                        await a.publish("t", b"%d" % k, wait_acked=True)
+                        await sub.receive()
+                    await _until(recorded(k + 1), 5, f"publication {k} recorded")
+
+    trio.run(main)
+    # when publication k was handed on, the file recorded the k before it
+    assert on_disk_at_delivery == [0, 1, 2, 3]

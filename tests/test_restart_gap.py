@@ -97,7 +97,14 @@ def test_a_killed_subscriber_resumes_what_it_missed(tmp_path: Path, history: int
     got = Counter(r["seq"] for r in rows if r["event"] == "deliver" and r["node"] != pub_id)
     missed = sum(r["seq"] for r in rows if r["event"] == "gap")
     assert len(made) == COUNT
-    assert max(got.values()) == 1, "a publication delivered twice across the restart"
+    # The frontier is written right after each batch is handed on: only the
+    # killed process's last batch (one step: its deliveries within 1 ms) may
+    # be handed on again by the new one, never anything else.
+    first_life = [r for r in _rows(tmp_path / "sub1.jsonl") if r["event"] == "deliver"]
+    last_step = {r["seq"] for r in first_life if r["time"] >= first_life[-1]["time"] - 0.001}
+    twice = {seq for seq, n in got.items() if n > 1}
+    assert max(got.values()) <= 2
+    assert twice <= last_step, f"delivered twice across the restart: {sorted(twice)}"
     start = next(i for i, seq in enumerate(made) if seq in got)
     owed = len(made) - start
     report = f"owed {owed}, delivered {len(got)}, reported missed {missed}"

@@ -127,7 +127,10 @@ class _Driver(_HandOff):
             self._settled()
         if self._eager and not self._stepping:
             self._write_eager()
-        if self._frontier_store is not None:  # once per batch: the check is inside
+        if later is None and self._frontier_store is not None:
+            # once per batch, after its hand-off (a frame's: _read_loop, after
+            # _hand_later): a process killed between the two then hands a
+            # delivery on again, never skips one
             self._write_frontier()
         if self._timer_wake is not None:
             self._rewake(self._timer_wake)

@@ -289,6 +289,7 @@ class _Server(_Driver):
                 if self._eager and not messages.ready:  # else after the last frame read
                     self._write_eager()
                 self._hand_later()  # the application gets the frame's deliveries now
+                self._write_frontier()  # and only then are they recorded as delivered
             if notes is not None:
                 self._notes_after(peer, body, notes)
             if out and type(out[-1]) is Refused:
