@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.runtime import (
+    NODES,
     Bench,
     BenchError,
     Settings,
-    fanout_summary,
     percentile,
     use_bytecode_cache,
 )
@@ -54,24 +54,26 @@ def cpu_probe(repeat: int = 50) -> float:
     return statistics.median(times)
 
 
-def hop_latency(workdir: Path, nodes: int) -> list[dict[str, float]]:
-    """Per subscriber, publish (at node 0) to delivery there in ms, fastest first."""
-    published: dict[int, float] = {}
-    with open(workdir / "n0.trace", encoding="utf-8") as fh:
+def _events(trace: Path, kind: str) -> dict[int, float]:
+    """Per ``seq``, the time of the ``kind`` event (``publish``, ``deliver``) in one
+    of our nodes' traces (``time event source seq`` lines)."""
+    out: dict[int, float] = {}
+    with open(trace, encoding="utf-8") as fh:
         for line in fh:
             t, event, _, seq = line.split()
-            if event == "publish":
-                published[int(seq)] = float(t)
+            if event == kind and seq != "-":
+                out[int(seq)] = float(t)
+    return out
+
+
+def hop_latency(workdir: Path, nodes: int) -> list[dict[str, float]]:
+    """Per subscriber, publish (at node 0) to delivery there in ms, fastest first."""
+    published = _events(workdir / "n0.trace", "publish")
     out = []
     for i in range(1, nodes):
-        ms = []
-        with open(workdir / f"n{i}.trace", encoding="utf-8") as fh:
-            for line in fh:
-                t, event, _, seq = line.split()
-                if event == "deliver" and seq != "-" and int(seq) in published:
-                    ms.append((float(t) - published[int(seq)]) * 1000)
+        delivered = _events(workdir / f"n{i}.trace", "deliver")
+        ms = sorted((t - published[q]) * 1000 for q, t in delivered.items() if q in published)
         if ms:
-            ms.sort()
             out.append({"p50": percentile(ms, 50), "p99": percentile(ms, 99), "n": len(ms)})
     return sorted(out, key=lambda h: h["p50"])
 
@@ -81,15 +83,10 @@ def one_rate(root: Path, system: str, rate: float, seconds: float) -> dict[str, 
     s = replace(Settings(), latency_rate=rate, latency_s=seconds)
     workdir = root / f"{system}-{rate:g}-{time.monotonic_ns()}"
     workdir.mkdir()
-    bench = Bench(s, workdir, verbose=False)
-    specs = bench.specs(system, [0], rate, s.latency_s, s.warmup_s)
-    if system == "ours":
-        specs = [replace(x, trace=str(workdir / f"n{x.index}.trace")) for x in specs]
-    with bench.group(f"{system}-rate", specs) as g:
-        bench.start(g)
-        time.sleep(s.settle_s)
-        _, results = bench.go(g, specs[0])
-    summary = fanout_summary(specs[0], results)
+    traced = system == "ours"
+    _, summary = Bench(s, workdir, verbose=False).latency(
+        system, idle=False, trace=workdir if traced else None
+    )
     row: dict[str, Any] = {
         "system": system,
         "rate": rate,
@@ -98,8 +95,8 @@ def one_rate(root: Path, system: str, rate: float, seconds: float) -> dict[str, 
         "cores": round(sum(summary["cpu_run_s"]) / (s.latency_s + s.warmup_s), 2),
         "undelivered": summary["undelivered"],
     }
-    if system == "ours":
-        row["per_subscriber_ms"] = hop_latency(workdir, len(specs))
+    if traced:
+        row["per_subscriber_ms"] = hop_latency(workdir, NODES)
     return row
 
 

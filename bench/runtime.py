@@ -351,10 +351,15 @@ class Bench:
             "subscribed_s": since_spawn(subs, "ns"),
         }
 
-    def latency(self, system: str, idle: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Idle footprint (unless not ``idle``), then fan-out at a paced 1,000 msg/s."""
+    def latency(
+        self, system: str, idle: bool = True, trace: Path | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Idle footprint (unless not ``idle``), then fan-out at a paced 1,000 msg/s
+        (``latency_rate``); with ``trace``, each node's trace is ``trace/n<index>.trace``."""
         s = self.s
         specs = self.specs(system, [0], s.latency_rate, s.latency_s, s.warmup_s)
+        if trace is not None:
+            specs = [replace(x, trace=str(trace / f"n{x.index}.trace")) for x in specs]
         with self.group(f"{system}-latency", specs) as g:
             self.start(g)
             footprint = measure_idle(g, s.settle_s, s.idle_s) if idle else {}
