@@ -113,8 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         print(f"--rates: not numbers: {args.rates!r}", file=sys.stderr)
         return 2
-    if any(r <= 0 for r in rates) or args.seconds <= 0:
-        print("--rates and --seconds must be above 0", file=sys.stderr)
+    if any(r <= 0 for r in rates):
+        print("--rates must be above 0", file=sys.stderr)
+        return 2
+    warmup = Settings().warmup_s
+    if args.seconds <= warmup:  # the first warmup_s of publishing are not measured
+        print(f"--seconds must be above the {warmup:g} s warm-up", file=sys.stderr)
         return 2
     rows = []
     probe_before = cpu_probe()

@@ -29,3 +29,5 @@ def test_bad_rates_are_refused_with_exit_2(capsys: pytest.CaptureFixture[str]) -
     assert main(["--rates", "100,fast"]) == 2
     assert main(["--rates", "0"]) == 2
     assert "--rates" in capsys.readouterr().err
+    assert main(["--seconds", "1"]) == 2  # all of it warm-up: nothing would be measured
+    assert "warm-up" in capsys.readouterr().err
