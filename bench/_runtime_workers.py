@@ -95,6 +95,9 @@ class Spec:
     """``ours``: record telemetry into this spool directory (``NodeConfig.telemetry_dir``)."""
     telemetry_window: float = 0.0
     """``ours``: seconds per telemetry window (0: the library's default)."""
+    children: list[int] = field(default_factory=list)
+    """``floor``/``stream``: this node's children (indices) in the tree our
+    nodes build from node 0 (``bench._floor_worker``)."""
 
     @staticmethod
     def from_json(text: str) -> Spec:

@@ -16,6 +16,13 @@ take a few milliseconds) no publication ever waits behind a round in flight,
 so the latency there is the path itself: its hops, each a decode, a step of
 the node machine, a forward and a delivery.  A ``cpu_probe`` of a fixed loop
 says how fast the host's CPU was during the run.
+
+Beside them, two floors on the same tree (``bench._floor_worker``): our
+rounds over trio and TCP with nothing else (``floor``: one round in flight,
+cut-through, the ACK wave), and the same without rounds (``stream``: every
+publication forwarded when due).  ``floor`` is the least any node built on
+trio with one round in flight can reach on this host; the gap from ``floor``
+to ``stream`` is what rounds themselves cost in latency.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.runtime import (
+    FLOORS,
     NODES,
+    SYSTEMS,
     Bench,
     BenchError,
     Settings,
@@ -78,15 +87,19 @@ def hop_latency(workdir: Path, nodes: int) -> list[dict[str, float]]:
     return sorted(out, key=lambda h: h["p50"])
 
 
-def one_rate(root: Path, system: str, rate: float, seconds: float) -> dict[str, Any]:
-    """The paced fan-out of ``system`` at ``rate`` for ``seconds`` (ours traced)."""
-    s = replace(Settings(), latency_rate=rate, latency_s=seconds)
-    workdir = root / f"{system}-{rate:g}-{time.monotonic_ns()}"
+def depth(tree: dict[int, tuple[int, ...]], root: int = 0) -> int:
+    """Hops from ``root`` to its farthest node in ``tree`` (``{node: children}``)."""
+    return 1 + max((depth(tree, c) for c in tree[root]), default=-1)
+
+
+def one_rate(bench: Bench, system: str, rate: float, seconds: float) -> dict[str, Any]:
+    """The paced fan-out of ``system`` at ``rate`` for ``seconds`` (ours traced),
+    on ``bench``'s fleet: every system and rate of a run use the same tree."""
+    s = bench.s = replace(bench.s, latency_rate=rate, latency_s=seconds)
+    workdir = bench.workdir / f"{system}-{rate:g}-{time.monotonic_ns()}"
     workdir.mkdir()
     traced = system == "ours"
-    _, summary = Bench(s, workdir, verbose=False).latency(
-        system, idle=False, trace=workdir if traced else None
-    )
+    _, summary = bench.latency(system, idle=False, trace=workdir if traced else None)
     row: dict[str, Any] = {
         "system": system,
         "rate": rate,
@@ -95,8 +108,11 @@ def one_rate(root: Path, system: str, rate: float, seconds: float) -> dict[str, 
         "cores": round(sum(summary["cpu_run_s"]) / (s.latency_s + s.warmup_s), 2),
         "undelivered": summary["undelivered"],
     }
-    if traced:
-        row["per_subscriber_ms"] = hop_latency(workdir, NODES)
+    # Ours from the traces (publish at the source to delivery there), the
+    # others from their payloads' send times.
+    row["per_subscriber_ms"] = (
+        hop_latency(workdir, NODES) if traced else summary["per_subscriber_ms"]
+    )
     return row
 
 
@@ -104,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run every rate for every system, print one line each, write the JSON."""
     p = argparse.ArgumentParser(prog="python -m bench.latency_rates", description=__doc__)
     p.add_argument("--rates", default="100,250,500,1000", help="msg/s, comma-separated")
-    p.add_argument("--systems", default="ours,zenoh", help="comma-separated: ours, zenoh, zmq")
+    p.add_argument(
+        "--systems",
+        default="ours,floor,stream,zenoh",
+        help="comma-separated: ours, zenoh, zmq, and the floors (bench._floor_worker)",
+    )
     p.add_argument("--seconds", type=float, default=5.0, help="seconds of publishing per run")
     p.add_argument("--out", type=Path, default=Path("bench/results/latency_rates.json"))
     args = p.parse_args(argv)
@@ -116,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(r <= 0 for r in rates):
         print("--rates must be above 0", file=sys.stderr)
         return 2
+    systems = args.systems.split(",")
+    if unknown := set(systems) - {*SYSTEMS, *FLOORS}:
+        print(f"--systems: unknown {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
     warmup = Settings().warmup_s
     if args.seconds <= warmup:  # the first warmup_s of publishing are not measured
         print(f"--seconds must be above the {warmup:g} s warm-up", file=sys.stderr)
@@ -124,10 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     probe_before = cpu_probe()
     with tempfile.TemporaryDirectory(prefix="latency-rates-") as tmp:
         use_bytecode_cache(Path(tmp) / "pycache")  # as bench.runtime: no compiling per worker
+        bench = Bench(Settings(), Path(tmp), verbose=False)
+        print(f"tree from node 0: {bench.tree}, depth {depth(bench.tree)}", flush=True)
         for rate in rates:
-            for system in args.systems.split(","):
+            for system in systems:
                 try:
-                    row = one_rate(Path(tmp), system, rate, args.seconds)
+                    row = one_rate(bench, system, rate, args.seconds)
                 except BenchError as exc:
                     print(f"{system} at {rate:g} msg/s failed: {exc}", file=sys.stderr)
                     return 1
@@ -143,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(row)
     doc = {
         "benchmark": "latency_rates",
+        "tree": {str(k): v for k, v in bench.tree.items()},
         "cpu_probe_us": {"before": probe_before, "after": cpu_probe()},
         "rows": rows,
     }

@@ -80,6 +80,8 @@ from p2p import percentile_of
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
+FLOORS = ("floor", "stream")
+"""Not systems but floors: our tree over trio and TCP alone (``bench._floor_worker``)."""
 WORKLOADS = frozenset({"cold", "latency", "throughput", "hot", "import", "telemetry", "preauth"})
 NODES = 5
 """Processes per workload: 1 publisher + 4 subscribers, or 5 hot-topic peers."""
@@ -178,7 +180,8 @@ class Group:
         """Start one worker, its stderr to a log file, its stdout read by a thread."""
         log = self.logdir / f"{self.label}-{spec.index}.log"
         self.logs.append(log)
-        cmd = [sys.executable, "-m", "bench._runtime_workers", json.dumps(asdict(spec))]
+        module = "bench._floor_worker" if spec.system in FLOORS else "bench._runtime_workers"
+        cmd = [sys.executable, "-m", module, json.dumps(asdict(spec))]
         with open(log, "w", encoding="utf-8") as err:
             self.spawn_ns.append(time.time_ns())
             proc = subprocess.Popen(
@@ -270,6 +273,7 @@ class Bench:
         self.workdir = workdir
         self.verbose = verbose
         self.node_dirs = _make_fleet(workdir)
+        self.tree = source_tree(self.node_dirs)
         self.runs = 0
 
     def say(self, text: str) -> None:
@@ -298,6 +302,7 @@ class Bench:
                 publishers=publishers,
                 node_dir=str(self.node_dirs[i]),
                 service_type=service,
+                children=list(self.tree[i]),
             )
             for i in range(NODES)
         ]
@@ -468,6 +473,17 @@ def _make_fleet(workdir: Path) -> list[Path]:
     return dirs
 
 
+def source_tree(node_dirs: Sequence[Path]) -> dict[int, tuple[int, ...]]:
+    """The spanning tree our nodes build from the first one when every node
+    subscribes (``vcube.Hypercube.tree``), by index: ``{index: children}``."""
+    from p2p.fleet import node_info
+    from vcube import Hypercube
+
+    ids = [node_info(d).node_id for d in node_dirs]
+    tree = Hypercube(ids).tree(ids[0])
+    return {i: tuple(ids.index(c) for c in tree[node]) for i, node in enumerate(ids)}
+
+
 # ---------------------------------------------------------------- measures
 
 
@@ -527,6 +543,16 @@ def latency_ms(results: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def per_subscriber_ms(results: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Each subscriber's own latency p50 and p99 (ms), fastest first."""
+    rows = []
+    for r in results:
+        ms = [x / 1000 for x in r["recv"]["latency_us"]]
+        if ms:
+            rows.append({"p50": percentile(ms, 50), "p99": percentile(ms, 99), "n": len(ms)})
+    return sorted(rows, key=lambda h: h["p50"])
+
+
 def _undelivered(results: list[dict[str, Any]], receivers: list[int], sources: list[int]) -> int:
     """Messages published by ``sources`` that a receiver had not got when the run ended
     (drain included): lost, or still queued behind a backlog."""
@@ -570,6 +596,7 @@ def fanout_summary(spec: Spec, results: list[dict[str, Any]]) -> dict[str, Any]:
         "undelivered": _undelivered(results, list(range(1, NODES)), [0]),
         "order_violations": sum(r["recv"]["order_violations"] for r in subs),
         "latency_ms": latency_ms(subs),
+        "per_subscriber_ms": per_subscriber_ms(subs),
         "p99_halves_ms": [max(r["recv"]["p99_halves_us"][k] for r in subs) / 1000 for k in (0, 1)],
         "cpu_s": [r["cpu_s"] for r in results],
         "cpu_run_s": [r["cpu_run_s"] for r in results],

@@ -31,3 +31,8 @@ def test_bad_rates_are_refused_with_exit_2(capsys: pytest.CaptureFixture[str]) -
     assert "--rates" in capsys.readouterr().err
     assert main(["--seconds", "1"]) == 2  # all of it warm-up: nothing would be measured
     assert "warm-up" in capsys.readouterr().err
+
+
+def test_unknown_systems_are_refused_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--systems", "ours,florr"]) == 2
+    assert "florr" in capsys.readouterr().err
