@@ -39,7 +39,15 @@ from p2p.runtime._node import _settle_heap
 from p2p.sim import TraceEvent, check_trace, format_violations
 from p2p.telemetry import bucket
 from p2p.wire import PeerExchange, WireLimits, decode_frame, decode_packets, encode_packets, frame
-from topics import Delivered, DeliveredRun, PubMessage, PubRound, Received, RoundId
+from topics import (
+    Delivered,
+    DeliveredRun,
+    PublishedRun,
+    PubMessage,
+    PubRound,
+    Received,
+    RoundId,
+)
 
 
 def _fleet(tmp_path: Path, n: int, *, psk: bool = True, name: str = "f") -> list[Path]:
@@ -618,6 +626,51 @@ def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
 
     assert deliver([run]) == deliver(run.expand())
     assert len(deliver([run])[0]) == min(capacity, 5 - (short is not None))
+
+
+@pytest.mark.parametrize("own", [True, False])
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("capacity", [100, 3])
+@pytest.mark.parametrize("short", [None, 1])
+def test_an_own_run_reaches_the_reader_as_its_deliveries_one_by_one(
+    tmp_path: Path, own: bool, traced: bool, capacity: int, short: int | None
+) -> None:
+    """A ``PublishedRun`` (this node's ``publish_many``, fed by hand) hands an
+    ``own`` subscription what its expansion does, one by one: the same
+    deliveries, drops, trace and count of payloads without the envelope."""
+    (node_dir,) = _fleet(tmp_path, 1)
+    stamp = time.time()
+    msgs, before = [], None
+    for k in range(5):
+        mid = MsgId(7, 0, k)
+        payload = bytes(ENVELOPE_SIZE) + _STAMP.pack(stamp + k) + b"p%d" % k
+        if k == short:
+            payload = bytes(ENVELOPE_SIZE)
+        msgs.append(PubMessage(mid, payload, (before,) if before else (), (), k - 1))
+        before = mid
+    run = PublishedRun("t", tuple(msgs))
+
+    def deliver(outputs: list[Any]) -> tuple[list[Delivery], tuple[int, int], list[object]]:
+        trace: list[tuple[object, ...]] = []
+        hook = (lambda *event: trace.append(event)) if traced else None
+        got: list[Delivery] = []
+        counts: list[tuple[int, int]] = []
+
+        async def main() -> None:
+            cfg = NodeConfig(discovery=False, delivery_buffer=capacity)
+            async with open_node(node_dir, cfg, trace=hook) as node:
+                sub = await node.subscribe("t", own=own)
+                node._handle(outputs)
+                got.extend(sub._queue)
+                counts.append((sub.dropped, node.stats["malformed_payload"]))
+
+        trio.run(main)
+        return got, counts[0], [e for e in trace if e[0] in ("deliver", "publish")]
+
+    assert deliver([run]) == deliver(run.expand())
+    expected = min(capacity, 5 - (short is not None)) if own else 0
+    assert len(deliver([run])[0]) == expected
+    assert all(d.own for d in deliver([run])[0])
 
 
 def test_a_seed_naming_the_node_itself_is_skipped() -> None:

@@ -10,12 +10,21 @@ envelope and stamp is counted and dropped (no honest member sends one).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from causal import MsgId
 from p2p.machine import ENVELOPE_SIZE, Release
 from p2p.runtime._delivery import _STAMP_SIZE, Subscription, _new_delivery, _unpack_stamp
 from p2p.runtime._state import _NodeState
-from topics import Delivered, DeliveredRun, Published, PublishedRun, Received, RoundAcked
+from topics import (
+    Delivered,
+    DeliveredRun,
+    Published,
+    PublishedRun,
+    PubMessage,
+    Received,
+    RoundAcked,
+)
 
 log = logging.getLogger("p2p.node")
 
@@ -66,9 +75,12 @@ class _HandOff(_NodeState):
 
     def _on_published_run(self, o: PublishedRun) -> None:
         """Each publication's ``Published`` and own ``Delivered``, where anything
-        traces, records or reads them."""
+        traces, records or reads them: when only a subscription reads them, in
+        one loop (:meth:`_queue_run`), the same deliveries as event by event."""
         sub = self._subs.get(o.topic)
-        if self._trace is None and self.recorder is None and (sub is None or not sub.own):
+        if self._trace is None and self.recorder is None:
+            if sub is not None and sub.own:
+                self._queue_run(sub, o.messages, True)
             return
         for e in o.expand():
             if isinstance(e, Published):
@@ -125,9 +137,15 @@ class _HandOff(_NodeState):
             for e in run.expand():
                 self._hand(e, recording)
             return
-        queue, topic, capacity = sub._queue, run.topic, sub._capacity
+        self._queue_run(sub, run.messages, False)
+
+    def _queue_run(self, sub: Subscription, messages: Sequence[PubMessage], own: bool) -> None:
+        """Queue ``messages`` for ``sub`` as :meth:`_hand_on` queues each (nothing
+        traced or recorded, nothing missed): malformed ones counted, a full
+        queue drops and counts, the reader woken once."""
+        queue, topic, capacity = sub._queue, sub.topic, sub._capacity
         dropped = 0
-        for m in run.messages:
+        for m in messages:
             payload = m.payload
             if len(payload) < _HEAD:
                 self._malformed(topic, m.id)
@@ -138,7 +156,7 @@ class _HandOff(_NodeState):
             (stamp,) = _unpack_stamp(payload, ENVELOPE_SIZE)
             source, incarnation, seq = m.id
             queue.append(
-                _new_delivery(topic, source, incarnation, seq, payload[_HEAD:], False, stamp, 0)
+                _new_delivery(topic, source, incarnation, seq, payload[_HEAD:], own, stamp, 0)
             )
         if dropped:
             self._dropped(sub, dropped)
