@@ -40,6 +40,8 @@ from bench._runtime_workers import (
     Recorder,
     Sent,
     Spec,
+    _ours_command,
+    _trio_sleep_until,
     emit,
     mark,
     payload,
@@ -157,7 +159,7 @@ class _Node:
     async def publish(self, start_ns: int, sent: Sent) -> None:
         """Paced publishing from ``start_ns`` for the spec's duration."""
         lo, hi = window(self.spec, start_ns)
-        await _sleep_until(start_ns)
+        await _trio_sleep_until(start_ns)
         pacer = Pacer(self.spec.rate, start_ns)
         seq = 0
         while (now := time.time_ns()) < hi:
@@ -167,24 +169,9 @@ class _Node:
                 sent.in_window += lo <= HEADER.unpack_from(data)[0] < hi
                 seq += 1
             self.launch()
-            await _sleep_until(min(pacer.next_ns(), hi))
+            await _trio_sleep_until(min(pacer.next_ns(), hi))
         sent.count = seq
         sent.max_burst = pacer.max_burst
-
-
-async def _sleep_until(t_ns: int) -> None:
-    await trio.sleep(max(0.0, (t_ns - time.time_ns()) / 1e9))
-
-
-async def _command(word: str) -> list[str]:
-    """The parent's next command, which must be ``word`` (``exit`` ends the process)."""
-    line: str = await trio.to_thread.run_sync(sys.stdin.readline)
-    cmd = line.split() or ["exit"]
-    if cmd[0] == "exit" and word != "exit":
-        raise SystemExit(0)
-    if cmd[0] != word:
-        raise RuntimeError(f"expected {word!r} from the parent, got {cmd!r}")
-    return cmd
 
 
 async def _dial(port: int) -> _Conn:
@@ -213,9 +200,9 @@ async def _main(spec: Spec) -> None:
             nursery.start_soon(kid.flush)
             nursery.start_soon(node.from_child, kid)
         emit("up", imported_ns=time.time_ns())
-        await _command("sub")
+        await _ours_command("sub")
         emit("subscribed")
-        start_ns = int((await _command("go"))[1])
+        start_ns = int((await _ours_command("go"))[1])
         at_go = mark()
         node.rec = Recorder(spec.index, window(spec, start_ns))
         if node.parent is not None:
@@ -223,10 +210,10 @@ async def _main(spec: Spec) -> None:
         sent = Sent()
         if spec.publish:
             await node.publish(start_ns, sent)
-        await _sleep_until(start_ns + int((spec.duration + spec.drain) * 1e9))
+        await _trio_sleep_until(start_ns + int((spec.duration + spec.drain) * 1e9))
         emit("result", recv=node.rec.summary(), sent=sent.summary(), stats={},
              **process_info(at_go))  # fmt: skip
-        await _command("exit")
+        await _ours_command("exit")
         nursery.cancel_scope.cancel()
 
 

@@ -583,17 +583,9 @@ def test_telemetry_times_hold_back_from_the_batch_a_publication_arrived_in(
     assert sum(topic["latency"][: bucket(250.0) + 1]) == 3  # stamps are a wall-clock moment old
 
 
-@pytest.mark.parametrize("traced", [False, True])
-@pytest.mark.parametrize("capacity", [100, 3])
-@pytest.mark.parametrize("short", [None, 1])
-def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
-    tmp_path: Path, traced: bool, capacity: int, short: int | None
-) -> None:
-    """A ``DeliveredRun`` (core outputs fed by hand) hands out what its
-    expansion does, one by one: the same deliveries, the same drops when the
-    queue is full, the same trace, the same count of payloads without the
-    envelope and stamp (``short``: which one lacks them)."""
-    (node_dir,) = _fleet(tmp_path, 1)
+def _chain(short: int | None) -> tuple[PubMessage, ...]:
+    """Five publications of source 7, each naming the one before; ``short``: the
+    one whose payload lacks the stamp (no honest member sends that)."""
     stamp = time.time()
     msgs, before = [], None
     for k in range(5):
@@ -603,29 +595,45 @@ def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
             payload = bytes(ENVELOPE_SIZE)
         msgs.append(PubMessage(mid, payload, (before,) if before else (), (), k - 1))
         before = mid
-    run = DeliveredRun("t", tuple(msgs))
+    return tuple(msgs)
 
-    def deliver(
-        outputs: list[Any],
-    ) -> tuple[list[Delivery], tuple[int, int], list[tuple[object, ...]]]:
-        trace: list[tuple[object, ...]] = []
-        hook = (lambda *event: trace.append(event)) if traced else None
-        got: list[Delivery] = []
 
-        async def main() -> None:
-            cfg = NodeConfig(discovery=False, delivery_buffer=capacity)
-            async with open_node(node_dir, cfg, trace=hook) as node:
-                sub = await node.subscribe("t")
-                node._handle(outputs)
-                got.extend(sub._queue)
-                counts.append((sub.dropped, node.stats["malformed_payload"]))
+def _handed(
+    node_dir: Path, outputs: list[Any], *, traced: bool, capacity: int, own: bool = True
+) -> tuple[list[Delivery], tuple[int, int], list[tuple[object, ...]]]:
+    """What a node subscribed to ``t`` hands its reader for ``outputs`` (core
+    outputs fed by hand): the deliveries, (dropped, malformed), the trace."""
+    trace: list[tuple[object, ...]] = []
+    hook = (lambda *event: trace.append(event)) if traced else None
+    got: list[Delivery] = []
+    counts: list[tuple[int, int]] = []
 
-        counts: list[tuple[int, int]] = []
-        trio.run(main)
-        return got, counts[0], [e for e in trace if e[0] == "deliver"]
+    async def main() -> None:
+        cfg = NodeConfig(discovery=False, delivery_buffer=capacity)
+        async with open_node(node_dir, cfg, trace=hook) as node:
+            sub = await node.subscribe("t", own=own)
+            node._handle(outputs)
+            got.extend(sub._queue)
+            counts.append((sub.dropped, node.stats["malformed_payload"]))
 
-    assert deliver([run]) == deliver(run.expand())
-    assert len(deliver([run])[0]) == min(capacity, 5 - (short is not None))
+    trio.run(main)
+    return got, counts[0], [e for e in trace if e[0] in ("deliver", "publish")]
+
+
+@pytest.mark.parametrize("traced", [False, True])
+@pytest.mark.parametrize("capacity", [100, 3])
+@pytest.mark.parametrize("short", [None, 1])
+def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
+    tmp_path: Path, traced: bool, capacity: int, short: int | None
+) -> None:
+    """A ``DeliveredRun`` hands out what its expansion does, one by one: the
+    same deliveries, the same drops when the queue is full, the same trace,
+    the same count of payloads without the envelope and stamp."""
+    (node_dir,) = _fleet(tmp_path, 1)
+    run = DeliveredRun("t", _chain(short))
+    got = _handed(node_dir, [run], traced=traced, capacity=capacity)
+    assert got == _handed(node_dir, list(run.expand()), traced=traced, capacity=capacity)
+    assert len(got[0]) == min(capacity, 5 - (short is not None))
 
 
 @pytest.mark.parametrize("own", [True, False])
@@ -635,42 +643,15 @@ def test_a_run_reaches_the_reader_as_its_deliveries_one_by_one(
 def test_an_own_run_reaches_the_reader_as_its_deliveries_one_by_one(
     tmp_path: Path, own: bool, traced: bool, capacity: int, short: int | None
 ) -> None:
-    """A ``PublishedRun`` (this node's ``publish_many``, fed by hand) hands an
-    ``own`` subscription what its expansion does, one by one: the same
-    deliveries, drops, trace and count of payloads without the envelope."""
+    """A ``PublishedRun`` (this node's ``publish_many``) hands an ``own``
+    subscription what its expansion does, one by one: the same deliveries,
+    drops, trace and count of payloads without the envelope."""
     (node_dir,) = _fleet(tmp_path, 1)
-    stamp = time.time()
-    msgs, before = [], None
-    for k in range(5):
-        mid = MsgId(7, 0, k)
-        payload = bytes(ENVELOPE_SIZE) + _STAMP.pack(stamp + k) + b"p%d" % k
-        if k == short:
-            payload = bytes(ENVELOPE_SIZE)
-        msgs.append(PubMessage(mid, payload, (before,) if before else (), (), k - 1))
-        before = mid
-    run = PublishedRun("t", tuple(msgs))
-
-    def deliver(outputs: list[Any]) -> tuple[list[Delivery], tuple[int, int], list[object]]:
-        trace: list[tuple[object, ...]] = []
-        hook = (lambda *event: trace.append(event)) if traced else None
-        got: list[Delivery] = []
-        counts: list[tuple[int, int]] = []
-
-        async def main() -> None:
-            cfg = NodeConfig(discovery=False, delivery_buffer=capacity)
-            async with open_node(node_dir, cfg, trace=hook) as node:
-                sub = await node.subscribe("t", own=own)
-                node._handle(outputs)
-                got.extend(sub._queue)
-                counts.append((sub.dropped, node.stats["malformed_payload"]))
-
-        trio.run(main)
-        return got, counts[0], [e for e in trace if e[0] in ("deliver", "publish")]
-
-    assert deliver([run]) == deliver(run.expand())
-    expected = min(capacity, 5 - (short is not None)) if own else 0
-    assert len(deliver([run])[0]) == expected
-    assert all(d.own for d in deliver([run])[0])
+    run = PublishedRun("t", _chain(short))
+    got = _handed(node_dir, [run], traced=traced, capacity=capacity, own=own)
+    assert got == _handed(node_dir, list(run.expand()), traced=traced, capacity=capacity, own=own)
+    assert len(got[0]) == (min(capacity, 5 - (short is not None)) if own else 0)
+    assert all(d.own for d in got[0])
 
 
 def test_a_seed_naming_the_node_itself_is_skipped() -> None:
