@@ -34,6 +34,7 @@ import time
 import trio
 
 from bench._runtime_workers import (
+    FLOORS,
     HEADER,
     PAYLOAD_SIZE,
     Pacer,
@@ -49,7 +50,6 @@ from bench._runtime_workers import (
     window,
 )
 
-SYSTEMS = ("floor", "stream")
 ROUND_MAX = 256
 """Publications per round at most (``PubSubConfig.max_round_messages``)."""
 _LEN = struct.Struct(">I")
@@ -221,7 +221,7 @@ def main(argv: list[str]) -> int:
     """Run the worker ``argv[0]`` (a :class:`~bench._runtime_workers.Spec` as JSON) describes."""
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     spec = Spec.from_json(argv[0])
-    if spec.system not in SYSTEMS:
+    if spec.system not in FLOORS:
         print(f"not a floor system: {spec.system!r}", file=sys.stderr)
         return 2
     try:

@@ -45,6 +45,8 @@ from typing import IO, Any
 STARTED_NS = time.time_ns()
 """Wall clock when this module started running (after the interpreter's start-up)."""
 
+FLOORS = ("floor", "stream")
+"""Not systems but floors: our tree over trio and TCP alone (``bench._floor_worker``)."""
 PAYLOAD_SIZE = 64
 HEADER = struct.Struct("<QQI")
 """Send time (ns), sequence number, source index; padded to :data:`PAYLOAD_SIZE`."""

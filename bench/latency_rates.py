@@ -38,14 +38,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench._runtime_workers import FLOORS
 from bench.runtime import (
-    FLOORS,
     NODES,
     SYSTEMS,
     Bench,
     BenchError,
     Settings,
-    percentile,
+    fastest_first,
     use_bytecode_cache,
 )
 
@@ -78,13 +78,11 @@ def _events(trace: Path, kind: str) -> dict[int, float]:
 def hop_latency(workdir: Path, nodes: int) -> list[dict[str, float]]:
     """Per subscriber, publish (at node 0) to delivery there in ms, fastest first."""
     published = _events(workdir / "n0.trace", "publish")
-    out = []
-    for i in range(1, nodes):
-        delivered = _events(workdir / f"n{i}.trace", "deliver")
-        ms = sorted((t - published[q]) * 1000 for q, t in delivered.items() if q in published)
-        if ms:
-            out.append({"p50": percentile(ms, 50), "p99": percentile(ms, 99), "n": len(ms)})
-    return sorted(out, key=lambda h: h["p50"])
+    return fastest_first(
+        [(t - published[q]) * 1000 for q, t in _events(workdir / f"n{i}.trace", "deliver").items()
+         if q in published]
+        for i in range(1, nodes)
+    )  # fmt: skip
 
 
 def depth(tree: dict[int, tuple[int, ...]], root: int = 0) -> int:

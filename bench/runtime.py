@@ -67,7 +67,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -75,13 +75,11 @@ from typing import IO, Any
 
 from bench import _preauth as preauth
 from bench._common import ROOT, machine
-from bench._runtime_workers import PAYLOAD_SIZE, PROFILE_ENV, TOPIC, Spec
+from bench._runtime_workers import FLOORS, PAYLOAD_SIZE, PROFILE_ENV, TOPIC, Spec
 from p2p import percentile_of
 
 DEFAULT_OUT = ROOT / "bench" / "out" / "runtime.json"
 SYSTEMS = ("ours", "zmq", "zenoh")
-FLOORS = ("floor", "stream")
-"""Not systems but floors: our tree over trio and TCP alone (``bench._floor_worker``)."""
 WORKLOADS = frozenset({"cold", "latency", "throughput", "hot", "import", "telemetry", "preauth"})
 NODES = 5
 """Processes per workload: 1 publisher + 4 subscribers, or 5 hot-topic peers."""
@@ -545,11 +543,14 @@ def latency_ms(results: list[dict[str, Any]]) -> dict[str, float]:
 
 def per_subscriber_ms(results: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Each subscriber's own latency p50 and p99 (ms), fastest first."""
-    rows = []
-    for r in results:
-        ms = [x / 1000 for x in r["recv"]["latency_us"]]
-        if ms:
-            rows.append({"p50": percentile(ms, 50), "p99": percentile(ms, 99), "n": len(ms)})
+    return fastest_first([x / 1000 for x in r["recv"]["latency_us"]] for r in results)
+
+
+def fastest_first(samples: Iterable[Sequence[float]]) -> list[dict[str, float]]:
+    """p50, p99 and count of each non-empty list of latencies (ms), by p50."""
+    rows = [
+        {"p50": percentile(ms, 50), "p99": percentile(ms, 99), "n": len(ms)} for ms in samples if ms
+    ]
     return sorted(rows, key=lambda h: h["p50"])
 
 
